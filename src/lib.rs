@@ -1,0 +1,14 @@
+//! eventd: a per-host event collection daemon.
+//!
+//! Producers write events into per-CPU shared-memory rings; drain threads move
+//! them through bounded handoff channels to one writer thread per SQLite shard.
+//! The modules follow the data path, each depending only on those below it:
+//!
+//! - [`sync`]: std or loom atomics and futexes, the only place that knows loom.
+//! - [`channel`]: the handoff channel between drain threads and a shard writer.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod channel;
+pub mod sync;
