@@ -369,6 +369,11 @@ impl<H> HandoffChannel<H> {
 
 /// Spin-then-yield rounds a thread makes before it sleeps on a futex.
 const SPIN_ROUNDS: u32 = 10;
+/// The receiver skips the shortest spins: polling a slot the sender is still
+/// writing pulls its cache line back and forth once per event, which measured
+/// three to five times slower (docs/performance.md) than letting a few events
+/// gather first.
+const RX_SPIN_FIRST: u32 = 5;
 
 /// One round of the pre-sleep backoff: exponentially longer busy-waits, then
 /// yields (the thread we wait for may be preempted on this very CPU).
@@ -578,6 +583,8 @@ impl<H: Copy + Send> Receiver<H> {
     }
 
     /// Like [`recv_batch`](Self::recv_batch) but never sleeps.
+    ///
+    /// Gives back all the room of consumed events when it finds nothing.
     pub fn try_recv_batch(
         &mut self,
         max: usize,
@@ -587,6 +594,7 @@ impl<H: Copy + Send> Receiver<H> {
         if seen > 0 {
             return Ok(seen);
         }
+        self.release();
         // Acquire: pairs with the last sender's Release store, which carries
         // every publication; so a slot still not full now never will be.
         if self.chan.senders_gone.load(Ordering::Acquire) {
@@ -598,6 +606,14 @@ impl<H: Copy + Send> Receiver<H> {
             };
         }
         Err(TryRecvError::Empty)
+    }
+
+    /// Gives back the room of every event consumed so far at once. Room is
+    /// otherwise returned in groups (and always before the receiver sleeps or
+    /// finds the channel empty); a writer calls this before a long pause, such
+    /// as a commit, so senders are not kept waiting for room already free.
+    pub fn release_consumed(&mut self) {
+        self.release();
     }
 
     pub fn capacity(&self) -> Capacity {
@@ -622,7 +638,7 @@ impl<H: Copy + Send> Receiver<H> {
             return Ok(());
         }
         if crate::sync::SPIN_BEFORE_SLEEP {
-            for round in 0..SPIN_ROUNDS {
+            for round in RX_SPIN_FIRST..SPIN_ROUNDS {
                 spin(round);
                 if self.head_is_full() {
                     return Ok(());
@@ -634,6 +650,8 @@ impl<H: Copy + Send> Receiver<H> {
 
     #[cold]
     fn sleep_for_data(&mut self) -> Result<(), RecvError> {
+        // A sender may be waiting for exactly this room.
+        self.release();
         let slot = self.chan.slot(self.head);
         let free = slot::free(self.head);
         loop {
@@ -708,7 +726,6 @@ impl<H: Copy + Send> Receiver<H> {
                 self.release();
             }
         }
-        self.release();
         seen
     }
 
