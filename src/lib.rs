@@ -6,9 +6,11 @@
 //!
 //! - [`sync`]: std or loom atomics and futexes, the only place that knows loom.
 //! - [`channel`]: the handoff channel between drain threads and a shard writer.
+//! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod channel;
+pub mod rings;
 pub mod sync;

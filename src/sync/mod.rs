@@ -92,6 +92,15 @@ mod imp {
     /// Whether bounded spinning before a futex sleep is worth doing. Under loom
     /// spinning only multiplies the interleavings to explore.
     pub const SPIN_BEFORE_SLEEP: bool = true;
+
+    /// Milliseconds on a monotonic clock, for bounded waits.
+    pub fn monotonic_ms() -> u64 {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis() as u64
+    }
 }
 
 #[cfg(loom)]
@@ -156,6 +165,12 @@ mod imp {
     }
 
     pub const SPIN_BEFORE_SLEEP: bool = false;
+
+    /// Loom explores schedules, not time: the clock stands still, so bounded
+    /// waits never expire inside a model.
+    pub fn monotonic_ms() -> u64 {
+        0
+    }
 }
 
 pub use imp::*;

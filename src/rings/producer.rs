@@ -1,0 +1,303 @@
+//! The producer side of a ring: lock-free reservation, page switch,
+//! overwrite-oldest, commit and the reader wake-up.
+//!
+//! # Reserving
+//!
+//! All producers of a ring (threads and processes) CAS one word, the
+//! [`Reserve`] word `(ticket, offset, count, WAIT)`. A record that fits the rest
+//! of page `ticket` moves `offset` and `count` on; its sequence number is the
+//! page's first sequence plus its index. A record that does not fit closes the
+//! page (offset `CLOSED`); then any producer — not only the one that closed it —
+//! opens the next page:
+//!
+//! 1. read the closed page's meta word (first sequence) and compute the next
+//!    page's first sequence: `first + count`;
+//! 2. CAS the next slot's meta word from its old ticket (`next - pages`) to
+//!    `(next, first')` — this is the overwrite of the oldest page; every helper
+//!    computes the same value, so whoever wins, the result is the same;
+//! 3. CAS the reserve word from `(ticket, CLOSED, count)` to `(next, 0, 0)`.
+//!
+//! A producer that dies anywhere in there leaves nothing half-done that the
+//! next producer cannot finish. A producer never waits: every loop is bounded,
+//! and when the bound is hit the event is refused with [`EmitError::Busy`].
+//!
+//! # Writing and committing
+//!
+//! The record's state word is written `RESERVED` (with its length) right after
+//! the reservation, so the reader can step over the record if its producer dies
+//! before committing. Then the body and a checksum, then the state goes to
+//! `COMMITTED` with a Release CAS. A producer slow enough to be lapped may
+//! scribble on the page's new contents; the checksum and the reader's re-check
+//! of the meta word turn that into a counted loss, never a torn event.
+//!
+//! # Waking the reader
+//!
+//! A reader with nothing to read sets `WAIT` in the reserve word (with a CAS on
+//! the exact value it checked) and sleeps on the ring's futex. The next
+//! reservation sees `WAIT` in the value it replaced; after committing, that
+//! producer bumps the futex word and wakes the reader. `WAIT` stays set until
+//! the reader clears it, so a producer that dies before its wake cannot leave
+//! the reader asleep while later events arrive.
+
+use super::event::{EncodeError, Event};
+use super::format::*;
+use super::Ring;
+use crate::sync::{fence, Ordering};
+
+/// Reservation attempts before a producer gives up on a contended or
+/// corrupted ring.
+const RESERVE_ATTEMPTS_MAX: u32 = 1000;
+
+/// An event was not written.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EmitError {
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    #[error("ring is contended or inconsistent; event not written")]
+    Busy,
+    #[error("ring page was reused while the event was being written; event lost")]
+    Overwritten,
+}
+
+/// Where a reservation landed.
+struct Reservation {
+    ticket: u64,
+    offset: u32,
+    index: u32,
+    wake_reader: bool,
+}
+
+impl Ring {
+    /// Writes one event into this ring. Never blocks.
+    pub fn emit(&self, event: &Event<'_>) -> Result<(), EmitError> {
+        let words = event.record_words(self.geometry)?;
+        let Some(r) = self.reserve(words) else {
+            self.count_refusal();
+            return Err(EmitError::Busy);
+        };
+        // Release fence: our writes below are ordered after everything our
+        // Acquire reservation saw, including the meta word of this page. A
+        // reader that copies any of them and then Acquire-fences sees that
+        // meta word or a later one, which is how it notices a page reused
+        // under it (the seqlock check in the reader).
+        fence(Ordering::Release);
+        let meta = Meta::unpack(
+            // Acquire: pairs with the opener's Release CAS (through our
+            // reservation), so this is the meta of our page or a later one.
+            self.mem
+                .word(self.geometry.meta_index(r.ticket))
+                .load(Ordering::Acquire),
+        );
+        if !meta.holds(r.ticket) {
+            // The page is gone already; the reader counts this sequence
+            // number in its gap.
+            return Err(EmitError::Overwritten);
+        }
+        let seq_low = (meta.first_seq_low + u64::from(r.index)) & SEQ_LOW_MASK;
+        let state = RecordState {
+            seq_low,
+            words,
+            state: STATE_RESERVED,
+        }
+        .pack();
+        let base = self.geometry.data_index(r.ticket, r.offset);
+        let word = |i: usize| self.mem.word(base + i);
+        // Relaxed: the reader only trusts the length after seeing the
+        // sequence match, and re-validates everything it copies.
+        word(R_STATE).store(state, Ordering::Relaxed);
+        let mut check = Checksum::new(state);
+        for (i, w) in event.header_words().into_iter().enumerate() {
+            word(R_TS + i).store(w, Ordering::Relaxed);
+            check.add(w);
+        }
+        let mut i = RECORD_HEADER_WORDS;
+        event.for_each_payload_word(|w| {
+            word(i).store(w, Ordering::Relaxed);
+            check.add(w);
+            i += 1;
+        });
+        debug_assert_eq!(i, words as usize);
+        word(R_CHECKSUM).store(check.finish(), Ordering::Relaxed);
+        let committed = RecordState {
+            state: STATE_COMMITTED,
+            ..RecordState::unpack(state)
+        }
+        .pack();
+        // Release: the body is visible to a reader that Acquire-loads
+        // COMMITTED. A failed CAS means the reader gave up on us (abandoned)
+        // or the page was reused; either way the event is counted lost.
+        if word(R_STATE)
+            .compare_exchange(state, committed, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            return Err(EmitError::Overwritten);
+        }
+        if r.wake_reader {
+            self.wake_reader();
+        }
+        Ok(())
+    }
+
+    /// What a producer killed right after reserving leaves behind: a
+    /// reservation of `payload_words` words, its state word stamped RESERVED
+    /// (or, if `stamp` is false, not even that), never committed. For tests
+    /// of the reader's dead-producer handling.
+    #[doc(hidden)]
+    pub fn reserve_and_die_for_tests(&self, payload_words: u32, stamp: bool) {
+        let words = RECORD_HEADER_WORDS as u32 + payload_words;
+        let Some(r) = self.reserve(words) else { return };
+        if stamp {
+            let meta = Meta::unpack(
+                // Acquire: as in `emit`.
+                self.mem
+                    .word(self.geometry.meta_index(r.ticket))
+                    .load(Ordering::Acquire),
+            );
+            let state = RecordState {
+                seq_low: (meta.first_seq_low + u64::from(r.index)) & SEQ_LOW_MASK,
+                words,
+                state: STATE_RESERVED,
+            };
+            // Relaxed: as in `emit`.
+            self.mem
+                .word(self.geometry.data_index(r.ticket, r.offset))
+                .store(state.pack(), Ordering::Relaxed);
+        }
+    }
+
+    /// Wakes the reader if it sleeps (also used by the daemon at shutdown).
+    pub fn wake_reader(&self) {
+        // Release: a reader that sees the bump also sees our commit.
+        self.mem.futex().fetch_add(1, Ordering::Release);
+        self.mem.futex_wake();
+    }
+
+    /// Counts an event refused before it got a sequence number (so no gap
+    /// will ever show it).
+    fn count_refusal(&self) {
+        // Relaxed: a statistic.
+        self.mem
+            .word(H_PRODUCER_REFUSED)
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reserves `words` words; `None` after `RESERVE_ATTEMPTS_MAX` tries.
+    fn reserve(&self, words: u32) -> Option<Reservation> {
+        let reserve = self.mem.word(H_RESERVE);
+        // Relaxed: a first guess, validated by the CAS.
+        let mut current = reserve.load(Ordering::Relaxed);
+        for _ in 0..RESERVE_ATTEMPTS_MAX {
+            let w = Reserve::unpack(current);
+            if w.closed() {
+                self.open_next(w);
+                current = reserve.load(Ordering::Acquire);
+                continue;
+            }
+            let fits =
+                w.offset + words <= self.geometry.data_words() && w.count < RECORDS_PER_PAGE_MAX;
+            let next = if fits {
+                Reserve {
+                    offset: w.offset + words,
+                    count: w.count + 1,
+                    ..w
+                }
+            } else {
+                Reserve {
+                    offset: Reserve::CLOSED,
+                    ..w
+                }
+            };
+            if w.offset > self.geometry.data_words() || w.count > RECORDS_PER_PAGE_MAX {
+                // A scribbled reserve word: close the page so the ring moves on.
+                let closed = Reserve {
+                    offset: Reserve::CLOSED,
+                    count: w.count.min(RECORDS_PER_PAGE_MAX),
+                    ..w
+                };
+                current = match reserve.compare_exchange(
+                    current,
+                    closed.pack(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => closed.pack(),
+                    Err(actual) => actual,
+                };
+                continue;
+            }
+            // AcqRel: Acquire so the page's meta word written by its opener is
+            // visible; Release so a reader that set WAIT orders its futex read
+            // before our wake (the reader's CAS and ours are on this word).
+            match reserve.compare_exchange_weak(
+                current,
+                next.pack(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) if fits => {
+                    return Some(Reservation {
+                        ticket: w.ticket,
+                        offset: w.offset,
+                        index: w.count,
+                        wake_reader: w.wait,
+                    })
+                }
+                Ok(_) => current = next.pack(),
+                Err(actual) => current = actual,
+            }
+        }
+        None
+    }
+
+    /// Opens the page after the closed page `closed.ticket` (any producer may,
+    /// concurrently; see the module docs). Returns without effect if the ring
+    /// moved on meanwhile or its words are inconsistent.
+    fn open_next(&self, closed: Reserve) {
+        let g = self.geometry;
+        let next_ticket = (closed.ticket + 1) & TICKET_MASK;
+        // Acquire: pairs with the Release CAS that opened the closed page.
+        let current = Meta::unpack(
+            self.mem
+                .word(g.meta_index(closed.ticket))
+                .load(Ordering::Acquire),
+        );
+        if !current.holds(closed.ticket) {
+            return;
+        }
+        let opened = Meta::new(next_ticket, current.first_seq_low + u64::from(closed.count));
+        let slot = self.mem.word(g.meta_index(next_ticket));
+        // Acquire: see the previous occupant's meta as written.
+        let old = slot.load(Ordering::Acquire);
+        if old != opened.pack() {
+            let previous = next_ticket.wrapping_sub(g.page_count as u64) & TICKET_MASK;
+            if !Meta::unpack(old).holds(previous) {
+                // Someone else reused it already for a later ticket (we are
+                // stale), or it is scribbled: let the reserve loop reload.
+                return;
+            }
+            // AcqRel: Release publishes the new meta before the reserve word
+            // names this page; a losing CAS just means another helper won.
+            if let Err(actual) =
+                slot.compare_exchange(old, opened.pack(), Ordering::AcqRel, Ordering::Acquire)
+            {
+                if actual != opened.pack() {
+                    return;
+                }
+            }
+        }
+        let installed = Reserve {
+            ticket: next_ticket,
+            offset: 0,
+            count: 0,
+            wait: closed.wait,
+        };
+        // AcqRel: Release so a producer reserving in the new page sees its
+        // meta; failure means another helper installed it or the word moved.
+        let _ = self.mem.word(H_RESERVE).compare_exchange(
+            closed.pack(),
+            installed.pack(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+}

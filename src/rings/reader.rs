@@ -1,0 +1,553 @@
+//! The reader side of a ring: one per ring, used by its drain thread.
+//!
+//! [`RingReader::poll`] returns the next event in sequence order, a [`Gap`]
+//! saying exactly which sequence numbers were lost and why, or nothing yet.
+//! [`RingReader::wait`] sleeps until producers wake it.
+//!
+//! # Reading a record that may be overwritten
+//!
+//! The reader never parses in place. It checks the record's state word
+//! (`COMMITTED`, the sequence it expects, a length inside the page), copies the
+//! whole record out with atomic loads, issues an Acquire fence and re-reads the
+//! page's meta word and the state word. Producers that reuse a page change its
+//! meta word *before* writing into it (and Release-fence between), so if
+//! anything copied came from a newer lap the re-read shows it: the copy is
+//! dropped and the reader resynchronises. The copy is then decoded and its
+//! checksum checked, which catches what a slow or hostile writer scribbled.
+//!
+//! # Losses
+//!
+//! - **Overwritten**: the page under the reader was reused. The reader moves to
+//!   the oldest page still intact, whose meta word says its first sequence, so
+//!   the gap is exact.
+//! - **Abandoned**: a record reserved and not committed within
+//!   [`STALL_BOUND_MS`] (its producer died). The reader marks it abandoned so a
+//!   producer that was only slow cannot commit it later, and steps over it; if
+//!   even its length was never written, the rest of the page is skipped once
+//!   the page is sealed (its successor's first sequence gives the count).
+//! - **Corrupt**: a record whose header or checksum is wrong.
+//!
+//! Every loop is bounded: a scribbled ring yields losses and `None`s, never a
+//! hang, a panic or an allocation beyond one page.
+
+use super::event::{validate, Event, RecordLayout};
+use super::format::*;
+use super::Ring;
+use crate::sync::{fence, Arc, Ordering};
+use std::time::Duration;
+
+/// How long a reserved record may stay uncommitted before the reader decides
+/// its producer died.
+pub const STALL_BOUND_MS: u64 = 200;
+/// How long the reader naps while it waits for a stalled record.
+const STALL_NAP: Duration = Duration::from_millis(2);
+/// Steps one `poll` takes before it yields `None`.
+const POLL_STEPS_MAX: u32 = 64;
+/// A resynchronisation never jumps further than this (a larger jump means a
+/// scribbled meta word, not a real loss).
+const GAP_PLAUSIBLE_MAX: u64 = 1 << 39;
+
+/// Why events were lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// Producers overwrote them before the reader got there.
+    Overwritten,
+    /// Reserved but never committed (the producer died).
+    Abandoned,
+    /// The record failed validation.
+    Corrupt,
+}
+
+impl LossReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            LossReason::Overwritten => "overwritten",
+            LossReason::Abandoned => "abandoned",
+            LossReason::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// Sequence numbers `from_seq..=to_seq` of this ring were lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    pub from_seq: u64,
+    pub to_seq: u64,
+    pub reason: LossReason,
+}
+
+impl Gap {
+    pub fn count(&self) -> u64 {
+        self.to_seq - self.from_seq + 1
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingItem<'a> {
+    Event { seq: u64, event: Event<'a> },
+    Gap(Gap),
+}
+
+/// Where a reader is: page ticket, word offset and record index inside it,
+/// and the sequence number it expects next. Stored with receipts so a
+/// restarted daemon resumes exactly here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPosition {
+    pub ticket: u64,
+    pub offset: u32,
+    pub index: u32,
+    pub next_seq: u64,
+}
+
+impl ReadPosition {
+    /// The start of a new ring.
+    pub const START: ReadPosition = ReadPosition {
+        ticket: 0,
+        offset: 0,
+        index: 0,
+        next_seq: 1,
+    };
+
+    /// The position packed in one word (the reserve word's layout).
+    pub fn position_word(&self) -> u64 {
+        Reserve {
+            ticket: self.ticket,
+            offset: self.offset.min(Reserve::CLOSED - 1),
+            count: self.index.min(RECORDS_PER_PAGE_MAX),
+            wait: false,
+        }
+        .pack()
+    }
+
+    pub fn from_words(position: u64, next_seq: u64) -> Self {
+        let r = Reserve::unpack(position);
+        ReadPosition {
+            ticket: r.ticket,
+            offset: r.offset,
+            index: r.count,
+            next_seq,
+        }
+    }
+}
+
+/// What a step of `poll` found.
+enum Step {
+    /// A valid event, copied into `buf`.
+    Event {
+        seq: u64,
+        layout: RecordLayout,
+    },
+    Gap(Gap),
+    /// Moved on (next page, resync without loss); keep going.
+    Continue,
+    /// Nothing to read now.
+    Idle,
+}
+
+pub struct RingReader {
+    ring: Arc<Ring>,
+    ticket: u64,
+    offset: u32,
+    index: u32,
+    /// Full sequence number of the first record of page `ticket`.
+    first_seq: u64,
+    /// Copy of the record being read; one page at most.
+    buf: Vec<u64>,
+    /// The record the reader waits on and since when (ms, `sync` clock).
+    stall: Option<(u64, u64)>,
+    delivered: u64,
+    lost: u64,
+}
+
+impl RingReader {
+    /// A reader at the start of the ring (sequence 1); anything already
+    /// overwritten is reported as a gap on the first poll.
+    pub fn new(ring: Arc<Ring>) -> Self {
+        Self::resume(ring, ReadPosition::START)
+    }
+
+    /// A reader that continues at `position` (from a receipt). If the ring
+    /// moved past it meanwhile, the first poll reports the gap.
+    pub fn resume(ring: Arc<Ring>, position: ReadPosition) -> Self {
+        let data_words = ring.geometry.data_words();
+        // A position from a receipt is our own data, but check it anyway: an
+        // impossible one starts over at the oldest page (reported as a gap).
+        let sane = position.offset <= data_words
+            && position.index <= RECORDS_PER_PAGE_MAX
+            && position.next_seq > u64::from(position.index);
+        let position = if sane {
+            position
+        } else {
+            ReadPosition {
+                ticket: position.ticket,
+                offset: data_words,
+                index: 0,
+                next_seq: position.next_seq.max(1),
+            }
+        };
+        let capacity = ring.geometry.data_words() as usize;
+        RingReader {
+            ring,
+            ticket: position.ticket & TICKET_MASK,
+            offset: position.offset,
+            index: position.index,
+            first_seq: position.next_seq - u64::from(position.index),
+            buf: Vec::with_capacity(capacity),
+            stall: None,
+            delivered: 0,
+            lost: 0,
+        }
+    }
+
+    pub fn ring(&self) -> &Arc<Ring> {
+        &self.ring
+    }
+
+    /// Where the reader is now: after the last item `poll` returned.
+    pub fn position(&self) -> ReadPosition {
+        ReadPosition {
+            ticket: self.ticket,
+            offset: self.offset,
+            index: self.index,
+            next_seq: self.next_seq(),
+        }
+    }
+
+    /// Events delivered and lost so far by this reader.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.delivered, self.lost)
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.first_seq + u64::from(self.index)
+    }
+
+    /// The next event or gap, or `None` when there is nothing to read now.
+    pub fn poll(&mut self) -> Option<RingItem<'_>> {
+        for _ in 0..POLL_STEPS_MAX {
+            match self.step() {
+                Step::Continue => continue,
+                Step::Idle => break,
+                Step::Gap(gap) => {
+                    self.lost += gap.count();
+                    return Some(RingItem::Gap(gap));
+                }
+                Step::Event { seq, layout } => {
+                    self.delivered += 1;
+                    return Some(RingItem::Event {
+                        seq,
+                        event: layout.view(&self.buf),
+                    });
+                }
+            }
+        }
+        self.publish_position();
+        None
+    }
+
+    /// One step of reading.
+    fn step(&mut self) -> Step {
+        let g = self.ring.geometry;
+        let mem = &self.ring.mem;
+        // Acquire: pairs with the opener's Release CAS of this meta word.
+        let meta_word = mem.word(g.meta_index(self.ticket)).load(Ordering::Acquire);
+        let meta = Meta::unpack(meta_word);
+        if !meta.holds(self.ticket) {
+            return if meta.holds_later_than(self.ticket) {
+                self.resync()
+            } else {
+                // Not opened yet: we are at the producers' front.
+                Step::Idle
+            };
+        }
+        if meta.first_seq_low != self.first_seq & SEQ_LOW_MASK {
+            // The page holds our ticket but another first sequence: the meta
+            // word was scribbled, or our resume position was wrong.
+            return self.resync();
+        }
+        let Some((limit, sealed)) = self.page_limit(meta) else {
+            return self.resync();
+        };
+        if self.index >= limit {
+            if sealed {
+                self.next_page(limit);
+                return Step::Continue;
+            }
+            return Step::Idle;
+        }
+        self.read_record(meta_word, limit, sealed)
+    }
+
+    /// Records reserved in the reader's page, and whether the page is closed
+    /// (no more will be). `None` if the page was lapped or the words disagree.
+    fn page_limit(&self, meta: Meta) -> Option<(u32, bool)> {
+        let g = self.ring.geometry;
+        let mem = &self.ring.mem;
+        // Acquire: the reserve word names pages whose metas were published
+        // before it.
+        let w = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire));
+        let ahead = ticket_distance(w.ticket, self.ticket);
+        if ahead == 0 {
+            return Some((w.count.min(RECORDS_PER_PAGE_MAX), w.closed()));
+        }
+        if ahead < 0 {
+            // The producers' front is behind us: only a scribbled word or a
+            // wrong resume position does that. Wait for it to move on.
+            return Some((0, false));
+        }
+        let next = (self.ticket + 1) & TICKET_MASK;
+        let next_meta = Meta::unpack(mem.word(g.meta_index(next)).load(Ordering::Acquire));
+        if !next_meta.holds(next) {
+            return None;
+        }
+        let count = next_meta.first_seq_low.wrapping_sub(meta.first_seq_low) & SEQ_LOW_MASK;
+        if count > u64::from(RECORDS_PER_PAGE_MAX) {
+            return None;
+        }
+        Some((count as u32, true))
+    }
+
+    fn next_page(&mut self, count: u32) {
+        self.first_seq += u64::from(count);
+        self.ticket = (self.ticket + 1) & TICKET_MASK;
+        self.offset = 0;
+        self.index = 0;
+        self.stall = None;
+    }
+
+    fn advance(&mut self, words: u32) {
+        self.offset += words;
+        self.index += 1;
+        self.stall = None;
+    }
+
+    fn gap(&self, count: u64, reason: LossReason) -> Gap {
+        let from_seq = self.next_seq();
+        Gap {
+            from_seq,
+            to_seq: from_seq + count - 1,
+            reason,
+        }
+    }
+
+    /// Whether the record the reader waits on has waited past the bound.
+    fn stalled_out(&mut self) -> bool {
+        let now = crate::sync::monotonic_ms();
+        let seq = self.next_seq();
+        match self.stall {
+            Some((s, since)) if s == seq => now.saturating_sub(since) >= STALL_BOUND_MS,
+            _ => {
+                self.stall = Some((seq, now));
+                false
+            }
+        }
+    }
+
+    /// The rest of the page cannot be walked (a record's length is unknown).
+    /// Once the page is sealed its count is known: report the rest as lost.
+    fn skip_rest_of_page(&mut self, limit: u32, sealed: bool, reason: LossReason) -> Step {
+        if !sealed {
+            return Step::Idle;
+        }
+        let rest = u64::from(limit - self.index);
+        let gap = self.gap(rest, reason);
+        self.next_page(limit);
+        Step::Gap(gap)
+    }
+
+    fn read_record(&mut self, meta_word: u64, limit: u32, sealed: bool) -> Step {
+        let g = self.ring.geometry;
+        let data_words = g.data_words();
+        if self.offset + RECORD_HEADER_WORDS as u32 > data_words {
+            // The index says more records, the page has no room: scribbled.
+            return self.skip_rest_of_page(limit, sealed, LossReason::Corrupt);
+        }
+        let base = g.data_index(self.ticket, self.offset);
+        // Acquire: pairs with the producer's Release commit.
+        let state_word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
+        let state = RecordState::unpack(state_word);
+        if state.seq_low != self.next_seq() & SEQ_LOW_MASK {
+            // Reserved but not yet stamped, its producer died before
+            // stamping it, or scribbled: wait, then give up on the page.
+            if self.stalled_out() {
+                return self.skip_rest_of_page(limit, sealed, LossReason::Abandoned);
+            }
+            return Step::Idle;
+        }
+        let words = state.words;
+        if (words as usize) < RECORD_HEADER_WORDS || self.offset + words > data_words {
+            return self.skip_rest_of_page(limit, sealed, LossReason::Corrupt);
+        }
+        match state.state {
+            STATE_COMMITTED => self.copy_record(meta_word, state_word, base, words),
+            STATE_RESERVED => {
+                if !self.stalled_out() {
+                    return Step::Idle;
+                }
+                let abandoned = RecordState {
+                    state: STATE_ABANDONED,
+                    ..state
+                }
+                .pack();
+                // Acquire on failure: the producer committed just now.
+                match self.ring.mem.word(base + R_STATE).compare_exchange(
+                    state_word,
+                    abandoned,
+                    Ordering::Relaxed,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        let gap = self.gap(1, LossReason::Abandoned);
+                        self.advance(words);
+                        Step::Gap(gap)
+                    }
+                    Err(_) => Step::Continue,
+                }
+            }
+            STATE_ABANDONED => {
+                let gap = self.gap(1, LossReason::Abandoned);
+                self.advance(words);
+                Step::Gap(gap)
+            }
+            _ => self.skip_rest_of_page(limit, sealed, LossReason::Corrupt),
+        }
+    }
+
+    fn copy_record(&mut self, meta_word: u64, state_word: u64, base: usize, words: u32) -> Step {
+        let mem = &self.ring.mem;
+        self.buf.clear();
+        self.buf.resize(words as usize, 0);
+        mem.copy_words(base, &mut self.buf);
+        // Acquire fence: if the copy read any word written by a producer of a
+        // later lap, that producer's Release fence (after it saw the page's
+        // new meta word) synchronises with this one, so the re-reads below
+        // see the new meta word or a changed state word.
+        fence(Ordering::Acquire);
+        let meta_now = mem
+            .word(self.ring.geometry.meta_index(self.ticket))
+            .load(Ordering::Relaxed);
+        let state_now = mem.word(base + R_STATE).load(Ordering::Relaxed);
+        if meta_now != meta_word || state_now != state_word || self.buf[R_STATE] != state_word {
+            return self.resync();
+        }
+        let seq = self.next_seq();
+        match validate(&self.buf) {
+            Ok(layout) => {
+                self.advance(words);
+                Step::Event { seq, layout }
+            }
+            Err(_) => {
+                let gap = self.gap(1, LossReason::Corrupt);
+                self.advance(words);
+                Step::Gap(gap)
+            }
+        }
+    }
+
+    /// The reader's page was reused (or its words disagree): move to the
+    /// oldest page that is still intact and report what was skipped.
+    fn resync(&mut self) -> Step {
+        let g = self.ring.geometry;
+        let mem = &self.ring.mem;
+        let expected = self.next_seq();
+        let front = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire)).ticket;
+        // The slot after the front is the next to be reused; start one later
+        // still to keep clear of producers racing ahead.
+        let oldest = front.wrapping_sub(g.page_count as u64 - 2) & TICKET_MASK;
+        let after_ours = (self.ticket + 1) & TICKET_MASK;
+        let target = if ticket_distance(oldest, after_ours) > 0 {
+            oldest
+        } else {
+            after_ours
+        };
+        let meta = Meta::unpack(mem.word(g.meta_index(target)).load(Ordering::Acquire));
+        if !meta.holds(target) {
+            return Step::Idle;
+        }
+        let first_seq = seq_from_low(meta.first_seq_low, expected);
+        let lost = first_seq - expected;
+        if lost >= GAP_PLAUSIBLE_MAX {
+            return Step::Idle;
+        }
+        let gap = (lost > 0).then(|| self.gap(lost, LossReason::Overwritten));
+        self.ticket = target;
+        self.offset = 0;
+        self.index = 0;
+        self.first_seq = first_seq;
+        self.stall = None;
+        match gap {
+            Some(gap) => Step::Gap(gap),
+            None => Step::Continue,
+        }
+    }
+
+    fn publish_position(&self) {
+        let p = self.position();
+        // Relaxed: monitoring only; receipts are the recovery authority.
+        let mem = &self.ring.mem;
+        mem.word(H_READ_POS)
+            .store(p.position_word(), Ordering::Relaxed);
+        mem.word(H_READ_SEQ).store(p.next_seq, Ordering::Relaxed);
+    }
+
+    /// Sleeps until producers may have written something, or `timeout`.
+    /// Returns at once if there is something to read. Bounded naps only while
+    /// a reserved record is outstanding (its producer may have died).
+    pub fn wait(&mut self, timeout: Option<Duration>) {
+        let mem = &self.ring.mem;
+        if self.stall.is_some() {
+            let nap = timeout.map_or(STALL_NAP, |t| t.min(STALL_NAP));
+            let epoch = mem.futex().load(Ordering::Acquire);
+            mem.futex_wait(epoch, Some(nap));
+            return;
+        }
+        let reserve = mem.word(H_RESERVE);
+        // The futex word is read before the reserve word we decide on: a
+        // producer that reserves after our CAS sees WAIT and bumps the futex
+        // after this read, so the wait returns. Acquire pairs with its bump.
+        let epoch = mem.futex().load(Ordering::Acquire);
+        let current = reserve.load(Ordering::Acquire);
+        let w = Reserve::unpack(current);
+        let at_front = (w.ticket == self.ticket && !w.closed() && w.count == self.index)
+            || (w.closed() && ((w.ticket + 1) & TICKET_MASK) == self.ticket && self.index == 0);
+        if !at_front {
+            return;
+        }
+        if !w.wait {
+            // AcqRel: Release orders our futex read before any producer's
+            // bump that follows its reservation (which reads this CAS).
+            let flagged = Reserve { wait: true, ..w }.pack();
+            if reserve
+                .compare_exchange(current, flagged, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return;
+            }
+        }
+        mem.futex_wait(epoch, timeout);
+        self.clear_wait_flag();
+    }
+
+    /// Clears WAIT so producers stop issuing wakes.
+    fn clear_wait_flag(&self) {
+        let reserve = self.ring.mem.word(H_RESERVE);
+        let mut current = reserve.load(Ordering::Relaxed);
+        for _ in 0..16 {
+            let w = Reserve::unpack(current);
+            if !w.wait {
+                return;
+            }
+            let cleared = Reserve { wait: false, ..w }.pack();
+            // Relaxed: the flag only decides whether producers wake us.
+            match reserve.compare_exchange_weak(
+                current,
+                cleared,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
