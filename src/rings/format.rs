@@ -9,7 +9,7 @@
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KMESRNG1");
 pub const VERSION: u32 = 1;
 
-pub const PAGE_SIZE_MIN: usize = 128;
+pub const PAGE_SIZE_MIN: usize = 64;
 pub const PAGE_SIZE_MAX: usize = 32 * 1024;
 pub const PAGE_COUNT_MIN: usize = 2;
 pub const PAGE_COUNT_MAX: usize = 1 << 20;

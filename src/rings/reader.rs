@@ -511,6 +511,8 @@ impl RingReader {
         let at_front = (w.ticket == self.ticket && !w.closed() && w.count == self.index)
             || (w.closed() && ((w.ticket + 1) & TICKET_MASK) == self.ticket && self.index == 0);
         if !at_front {
+            // Something is there (or the reader is mid-resync): go and look.
+            crate::sync::spin_loop();
             return;
         }
         if !w.wait {
@@ -521,6 +523,7 @@ impl RingReader {
                 .compare_exchange(current, flagged, Ordering::AcqRel, Ordering::Acquire)
                 .is_err()
             {
+                crate::sync::spin_loop();
                 return;
             }
         }
