@@ -152,16 +152,26 @@ impl Event<'_> {
         let mut filled = 0;
         for part in [self.provider, self.name, self.message, self.fields] {
             let mut bytes = part.as_bytes();
-            while !bytes.is_empty() {
+            if filled > 0 {
                 let take = (8 - filled).min(bytes.len());
                 word[filled..filled + take].copy_from_slice(&bytes[..take]);
                 filled += take;
                 bytes = &bytes[take..];
-                if filled == 8 {
-                    put(u64::from_le_bytes(word));
-                    filled = 0;
+                if filled < 8 {
+                    continue;
                 }
+                put(u64::from_le_bytes(word));
             }
+            // Whole words straight from the slice (`filled` is 0 here).
+            let mut chunks = bytes.chunks_exact(8);
+            for chunk in &mut chunks {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(chunk);
+                put(u64::from_le_bytes(w));
+            }
+            let tail = chunks.remainder();
+            word[..tail.len()].copy_from_slice(tail);
+            filled = tail.len();
         }
         if filled > 0 {
             word[filled..].fill(0);

@@ -259,29 +259,45 @@ pub fn seq_from_low(low: u64, reference: u64) -> u64 {
     reference + (low.wrapping_sub(reference) & SEQ_LOW_MASK)
 }
 
-/// Checksum of a record: seeded with its state word (sequence and length),
-/// then every word after the checksum word. Each step is a bijection of the
-/// running value for a given input word, so any single changed word changes
-/// the result; a torn or scribbled record fails it.
+/// Checksum of a record: seeded with its state word's sequence and length,
+/// then every word after the checksum word, alternating between two lanes so
+/// the two multiply chains run in parallel. Each step is a bijection of its
+/// lane for a given input word, and the lanes are combined so that a change
+/// in either changes the result: any single changed word is always caught,
+/// and a torn or scribbled record fails it with overwhelming probability.
 #[derive(Debug, Clone, Copy)]
-pub struct Checksum(u64);
+pub struct Checksum {
+    /// The lane the next word goes into, and the other one.
+    a: u64,
+    b: u64,
+}
 
 impl Checksum {
     /// Seeded with the state word's sequence and length (not its state bits,
     /// which go from RESERVED to COMMITTED after the checksum is written).
     pub fn new(state: u64) -> Self {
-        Self((state & !0b11) ^ 0x9E37_79B9_7F4A_7C15)
+        let seed = (state & !0b11) ^ 0x9E37_79B9_7F4A_7C15;
+        Self {
+            a: seed,
+            b: seed.rotate_left(32) ^ 0xC2B2_AE3D_27D4_EB4F,
+        }
     }
 
     #[inline(always)]
     pub fn add(&mut self, word: u64) {
-        self.0 = (self.0 ^ word)
+        let mixed = (self.a ^ word)
             .wrapping_mul(0x100_0000_01B3)
             .rotate_left(29);
+        // Swap lanes: the next word mixes into the lane not touched now.
+        self.a = self.b;
+        self.b = mixed;
     }
 
     pub fn finish(self) -> u64 {
-        self.0 ^ (self.0 >> 32)
+        // `a` goes through a bijection, then `b` is xored in: the result is
+        // a bijection of each lane with the other fixed.
+        let a = (self.a ^ (self.a >> 32)).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        a ^ self.b
     }
 }
 
