@@ -7,10 +7,13 @@
 //! - [`sync`]: std or loom atomics and futexes, the only place that knows loom.
 //! - [`channel`]: the handoff channel between drain threads and a shard writer.
 //! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
+//! - [`routing`]: shard count, descriptor planning, assignment and stripes
+//!   (the seed's rules R1–R5), pure functions.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod channel;
 pub mod rings;
+pub mod routing;
 pub mod sync;

@@ -27,6 +27,13 @@ fn event(message: &str) -> Event<'_> {
     }
 }
 
+/// Emits events tagged `a:i` for every `i` in `range`, one thread.
+fn emit_tagged(ring: &Ring, range: std::ops::Range<u64>) {
+    for i in range {
+        ring.emit(&event(&format!("a:{i}"))).unwrap();
+    }
+}
+
 fn ring(dir: &Path, page_size: usize, page_count: usize) -> Arc<Ring> {
     let g = Geometry::new(page_size, page_count).unwrap();
     Arc::new(Ring::create(&dir.join("cpu-000.ring"), g, 0).unwrap())
@@ -129,9 +136,7 @@ fn events_come_back_in_order_with_their_content() {
 fn lapped_reader_reports_the_exact_gap() {
     let dir = tempfile::tempdir().unwrap();
     let ring = ring(dir.path(), 1024, 4);
-    for i in 0..1000u64 {
-        ring.emit(&event(&format!("a:{i}"))).unwrap();
-    }
+    emit_tagged(&ring, 0..1000);
     let mut reader = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
     ledger.drain(&mut reader);
@@ -147,9 +152,7 @@ fn lapped_reader_reports_the_exact_gap() {
 fn resume_continues_exactly_where_a_reader_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let ring = ring(dir.path(), 4096, 16);
-    for i in 0..100u64 {
-        ring.emit(&event(&format!("a:{i}"))).unwrap();
-    }
+    emit_tagged(&ring, 0..100);
     let mut first = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
     for _ in 0..40 {
@@ -160,9 +163,7 @@ fn resume_continues_exactly_where_a_reader_stopped() {
     drop(first);
     // Round-trip through the two words a receipt stores.
     let position = ReadPosition::from_words(position.position_word(), position.next_seq);
-    for i in 100..150u64 {
-        ring.emit(&event(&format!("a:{i}"))).unwrap();
-    }
+    emit_tagged(&ring, 100..150);
     let mut second = RingReader::resume(ring.clone(), position);
     ledger.drain(&mut second);
     assert_eq!(ledger.delivered, 150);
@@ -178,9 +179,7 @@ fn resume_after_the_ring_moved_on_reports_the_gap() {
     let mut ledger = Ledger::new();
     ledger.drain(&mut reader);
     let position = reader.position();
-    for i in 1..500u64 {
-        ring.emit(&event(&format!("a:{i}"))).unwrap();
-    }
+    emit_tagged(&ring, 1..500);
     let mut resumed = RingReader::resume(ring.clone(), position);
     ledger.drain(&mut resumed);
     assert_eq!(ledger.next_seq, 501);
@@ -250,9 +249,7 @@ fn dead_producer_reservation_is_skipped_and_counted() {
     ring.reserve_and_die_for_tests(10, false);
     ring.emit(&event("a:2")).unwrap();
     // Seal the page by filling it.
-    for i in 3..200u64 {
-        ring.emit(&event(&format!("a:{i}"))).unwrap();
-    }
+    emit_tagged(&ring, 3..200);
     let start = Instant::now();
     while ledger.next_seq < 201 + 1 {
         ledger.drain(&mut reader);
