@@ -254,9 +254,10 @@ pub fn ticket_distance(a: u64, b: u64) -> i64 {
 }
 
 /// The full sequence number whose low 40 bits are `low`, nearest at or after
-/// `reference` (a record is never older than what the reader expects next).
-pub fn seq_from_low(low: u64, reference: u64) -> u64 {
-    reference + (low.wrapping_sub(reference) & SEQ_LOW_MASK)
+/// `reference` (a record is never older than what the reader expects next);
+/// `None` past `u64::MAX`.
+pub fn seq_from_low(low: u64, reference: u64) -> Option<u64> {
+    reference.checked_add(low.wrapping_sub(reference) & SEQ_LOW_MASK)
 }
 
 /// Checksum of a record: seeded with its state word's sequence and length,
@@ -338,8 +339,9 @@ mod tests {
     fn tickets_and_sequences_wrap() {
         assert_eq!(ticket_distance(0, TICKET_MASK), 1);
         assert_eq!(ticket_distance(TICKET_MASK, 0), -1);
-        assert_eq!(seq_from_low(5, 3), 5);
-        assert_eq!(seq_from_low(2, (1 << 40) - 1), (1 << 40) + 2);
+        assert_eq!(seq_from_low(5, 3), Some(5));
+        assert_eq!(seq_from_low(2, (1 << 40) - 1), Some((1 << 40) + 2));
+        assert_eq!(seq_from_low(0, u64::MAX - 1), None);
         let m = Meta::new(10, 1);
         assert!(m.holds_later_than(9));
         assert!(!m.holds_later_than(10));

@@ -41,6 +41,9 @@ use std::time::Duration;
 pub const STALL_BOUND_MS: u64 = 200;
 /// How long the reader naps while it waits for a stalled record.
 const STALL_NAP: Duration = Duration::from_millis(2);
+/// Longest sleep in `wait`, whatever the caller asked: honest producers
+/// always wake the reader; this bounds what a scribbled WAIT bit can do.
+const SLEEP_CAP: Duration = Duration::from_secs(5);
 /// Steps one `poll` takes before it yields `None`.
 const POLL_STEPS_MAX: u32 = 64;
 /// A resynchronisation never jumps further than this (a larger jump means a
@@ -219,7 +222,7 @@ impl RingReader {
     }
 
     fn next_seq(&self) -> u64 {
-        self.first_seq + u64::from(self.index)
+        self.first_seq.saturating_add(u64::from(self.index))
     }
 
     /// The next event or gap, or `None` when there is nothing to read now.
@@ -229,7 +232,7 @@ impl RingReader {
                 Step::Continue => continue,
                 Step::Idle => break,
                 Step::Gap(gap) => {
-                    self.lost += gap.count();
+                    self.lost = self.lost.saturating_add(gap.count());
                     return Some(RingItem::Gap(gap));
                 }
                 Step::Event { seq, layout } => {
@@ -253,7 +256,12 @@ impl RingReader {
         let meta_word = mem.word(g.meta_index(self.ticket)).load(Ordering::Acquire);
         let meta = Meta::unpack(meta_word);
         if !meta.holds(self.ticket) {
-            return if meta.holds_later_than(self.ticket) {
+            // The 24-bit ticket in the meta word cannot tell "not opened yet"
+            // from "reused long ago"; the 40-bit front in the reserve word can.
+            // Acquire: as in `page_limit`.
+            let front = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire)).ticket;
+            return if ticket_distance(front, self.ticket) > 0 || meta.holds_later_than(self.ticket)
+            {
                 self.resync()
             } else {
                 // Not opened yet: we are at the producers' front.
@@ -268,7 +276,12 @@ impl RingReader {
         let Some((limit, sealed)) = self.page_limit(meta) else {
             return self.resync();
         };
-        if self.index >= limit {
+        if self.index > limit {
+            // The words say the page holds fewer records than we already read
+            // from it: scribbled. Never step back over sequence numbers.
+            return self.resync();
+        }
+        if self.index == limit {
             if sealed {
                 self.next_page(limit);
                 return Step::Continue;
@@ -308,7 +321,8 @@ impl RingReader {
     }
 
     fn next_page(&mut self, count: u32) {
-        self.first_seq += u64::from(count);
+        // Saturating: only scribbled words could get near the top.
+        self.first_seq = self.first_seq.saturating_add(u64::from(count));
         self.ticket = (self.ticket + 1) & TICKET_MASK;
         self.offset = 0;
         self.index = 0;
@@ -325,7 +339,7 @@ impl RingReader {
         let from_seq = self.next_seq();
         Gap {
             from_seq,
-            to_seq: from_seq + count - 1,
+            to_seq: from_seq.saturating_add(count - 1),
             reason,
         }
     }
@@ -347,12 +361,39 @@ impl RingReader {
     /// Once the page is sealed its count is known: report the rest as lost.
     fn skip_rest_of_page(&mut self, limit: u32, sealed: bool, reason: LossReason) -> Step {
         if !sealed {
+            if reason == LossReason::Abandoned {
+                // A producer died before stamping its record and nobody else
+                // is filling the page: close it ourselves (any producer may),
+                // so its count becomes final and later records are not held
+                // back behind the dead one.
+                self.close_page();
+            }
             return Step::Idle;
         }
         let rest = u64::from(limit - self.index);
         let gap = self.gap(rest, reason);
         self.next_page(limit);
         Step::Gap(gap)
+    }
+
+    /// Closes the reader's page to new reservations if it is still the one
+    /// being filled.
+    fn close_page(&self) {
+        let reserve = self.ring.mem.word(H_RESERVE);
+        // Acquire: as in `page_limit`.
+        let current = reserve.load(Ordering::Acquire);
+        let w = Reserve::unpack(current);
+        if w.ticket != self.ticket || w.closed() {
+            return;
+        }
+        let closed = Reserve {
+            offset: Reserve::CLOSED,
+            ..w
+        };
+        // AcqRel: the same transition a producer makes when a record does not
+        // fit; a failure means the word moved on and the next step re-reads.
+        let _ =
+            reserve.compare_exchange(current, closed.pack(), Ordering::AcqRel, Ordering::Relaxed);
     }
 
     fn read_record(&mut self, meta_word: u64, limit: u32, sealed: bool) -> Step {
@@ -464,9 +505,15 @@ impl RingReader {
         if !meta.holds(target) {
             return Step::Idle;
         }
-        let first_seq = seq_from_low(meta.first_seq_low, expected);
+        let Some(first_seq) = seq_from_low(meta.first_seq_low, expected) else {
+            return Step::Idle;
+        };
         let lost = first_seq - expected;
-        if lost >= GAP_PLAUSIBLE_MAX {
+        // No page holds more than RECORDS_PER_PAGE_MAX records, so a larger
+        // jump than the pages skipped allow comes from a scribbled meta word.
+        let pages = ticket_distance(target, self.ticket).max(1) as u64;
+        if lost >= GAP_PLAUSIBLE_MAX || lost > pages.saturating_mul(u64::from(RECORDS_PER_PAGE_MAX))
+        {
             return Step::Idle;
         }
         let gap = (lost > 0).then(|| self.gap(lost, LossReason::Overwritten));
@@ -527,6 +574,15 @@ impl RingReader {
                 return;
             }
         }
+        // Producers wake us, so no timeout is needed; the cap only keeps a
+        // scribbler that clears WAIT from putting the reader to sleep for good.
+        // (Loom has no time; there the sleep stays unbounded so the models
+        // check that producers really wake the reader.)
+        let timeout = if cfg!(loom) {
+            timeout
+        } else {
+            Some(timeout.map_or(SLEEP_CAP, |t| t.min(SLEEP_CAP)))
+        };
         mem.futex_wait(epoch, timeout);
         self.clear_wait_flag();
     }
