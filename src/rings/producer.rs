@@ -81,30 +81,13 @@ impl Ring {
         // meta word or a later one, which is how it notices a page reused
         // under it (the seqlock check in the reader).
         fence(Ordering::Release);
-        let meta = Meta::unpack(
-            // Acquire: pairs with the opener's Release CAS (through our
-            // reservation), so this is the meta of our page or a later one.
-            self.mem
-                .word(self.geometry.meta_index(r.ticket))
-                .load(Ordering::Acquire),
-        );
-        if !meta.holds(r.ticket) {
+        let Some(state) = self.stamp_reserved(&r, words) else {
             // The page is gone already; the reader counts this sequence
             // number in its gap.
             return Err(EmitError::Overwritten);
-        }
-        let seq_low = (meta.first_seq_low + u64::from(r.index)) & SEQ_LOW_MASK;
-        let state = RecordState {
-            seq_low,
-            words,
-            state: STATE_RESERVED,
-        }
-        .pack();
+        };
         let base = self.geometry.data_index(r.ticket, r.offset);
         let word = |i: usize| self.mem.word(base + i);
-        // Relaxed: the reader only trusts the length after seeing the
-        // sequence match, and re-validates everything it copies.
-        word(R_STATE).store(state, Ordering::Relaxed);
         let mut check = Checksum::new(state);
         for (i, w) in event.header_words().into_iter().enumerate() {
             word(R_TS + i).store(w, Ordering::Relaxed);
@@ -147,22 +130,37 @@ impl Ring {
         let words = RECORD_HEADER_WORDS as u32 + payload_words;
         let Some(r) = self.reserve(words) else { return };
         if stamp {
-            let meta = Meta::unpack(
-                // Acquire: as in `emit`.
-                self.mem
-                    .word(self.geometry.meta_index(r.ticket))
-                    .load(Ordering::Acquire),
-            );
-            let state = RecordState {
-                seq_low: (meta.first_seq_low + u64::from(r.index)) & SEQ_LOW_MASK,
-                words,
-                state: STATE_RESERVED,
-            };
-            // Relaxed: as in `emit`.
-            self.mem
-                .word(self.geometry.data_index(r.ticket, r.offset))
-                .store(state.pack(), Ordering::Relaxed);
+            let _ = self.stamp_reserved(&r, words);
         }
+    }
+
+    /// Stamps the reservation's state word RESERVED with its sequence number
+    /// and length, so the reader can step over it should we die. Returns the
+    /// state word, or `None` if the page was reused under us already.
+    #[inline(always)]
+    fn stamp_reserved(&self, r: &Reservation, words: u32) -> Option<u64> {
+        let meta = Meta::unpack(
+            // Acquire: pairs with the opener's Release CAS (through our
+            // reservation), so this is the meta of our page or a later one.
+            self.mem
+                .word(self.geometry.meta_index(r.ticket))
+                .load(Ordering::Acquire),
+        );
+        if !meta.holds(r.ticket) {
+            return None;
+        }
+        let state = RecordState {
+            seq_low: (meta.first_seq_low + u64::from(r.index)) & SEQ_LOW_MASK,
+            words,
+            state: STATE_RESERVED,
+        }
+        .pack();
+        // Relaxed: the reader only trusts the length after seeing the
+        // sequence match, and re-validates everything it copies.
+        self.mem
+            .word(self.geometry.data_index(r.ticket, r.offset) + R_STATE)
+            .store(state, Ordering::Relaxed);
+        Some(state)
     }
 
     /// Wakes the reader if it sleeps (also used by the daemon at shutdown).

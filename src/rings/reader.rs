@@ -329,6 +329,13 @@ impl RingReader {
         self.stall = None;
     }
 
+    /// Steps over one record of `words` words, reporting it lost.
+    fn skip_record(&mut self, words: u32, reason: LossReason) -> Step {
+        let gap = self.gap(1, reason);
+        self.advance(words);
+        Step::Gap(gap)
+    }
+
     fn advance(&mut self, words: u32) {
         self.offset += words;
         self.index += 1;
@@ -437,19 +444,11 @@ impl RingReader {
                     Ordering::Relaxed,
                     Ordering::Acquire,
                 ) {
-                    Ok(_) => {
-                        let gap = self.gap(1, LossReason::Abandoned);
-                        self.advance(words);
-                        Step::Gap(gap)
-                    }
+                    Ok(_) => self.skip_record(words, LossReason::Abandoned),
                     Err(_) => Step::Continue,
                 }
             }
-            STATE_ABANDONED => {
-                let gap = self.gap(1, LossReason::Abandoned);
-                self.advance(words);
-                Step::Gap(gap)
-            }
+            STATE_ABANDONED => self.skip_record(words, LossReason::Abandoned),
             _ => self.skip_rest_of_page(limit, sealed, LossReason::Corrupt),
         }
     }
@@ -477,11 +476,7 @@ impl RingReader {
                 self.advance(words);
                 Step::Event { seq, layout }
             }
-            Err(_) => {
-                let gap = self.gap(1, LossReason::Corrupt);
-                self.advance(words);
-                Step::Gap(gap)
-            }
+            Err(_) => self.skip_record(words, LossReason::Corrupt),
         }
     }
 
