@@ -14,6 +14,12 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod channel;
+#[cfg(not(loom))]
+pub mod config;
+#[cfg(not(loom))]
+pub mod daemon;
 pub mod rings;
 pub mod routing;
+#[cfg(not(loom))]
+pub mod store;
 pub mod sync;

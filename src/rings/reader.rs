@@ -227,20 +227,30 @@ impl RingReader {
 
     /// The next event or gap, or `None` when there is nothing to read now.
     pub fn poll(&mut self) -> Option<RingItem<'_>> {
+        self.poll_with_position().map(|(item, _)| item)
+    }
+
+    /// Like [`poll`](Self::poll), with the reader's position just after the
+    /// item (what a receipt stores to resume after it).
+    pub fn poll_with_position(&mut self) -> Option<(RingItem<'_>, ReadPosition)> {
         for _ in 0..POLL_STEPS_MAX {
             match self.step() {
                 Step::Continue => continue,
                 Step::Idle => break,
                 Step::Gap(gap) => {
                     self.lost = self.lost.saturating_add(gap.count());
-                    return Some(RingItem::Gap(gap));
+                    return Some((RingItem::Gap(gap), self.position()));
                 }
                 Step::Event { seq, layout } => {
                     self.delivered += 1;
-                    return Some(RingItem::Event {
-                        seq,
-                        event: layout.view(&self.buf),
-                    });
+                    let after = self.position();
+                    return Some((
+                        RingItem::Event {
+                            seq,
+                            event: layout.view(&self.buf),
+                        },
+                        after,
+                    ));
                 }
             }
         }

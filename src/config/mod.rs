@@ -1,0 +1,200 @@
+//! Configuration: the TOML file an operator writes (seed key names) and the
+//! validated settings the daemon runs with.
+//!
+//! Parsing and checking are two steps, as in ripgrep's low/high arguments:
+//! [`ConfigFile`] is exactly what TOML said (every key optional, unknown keys
+//! refused), [`Settings`] is what the daemon uses, with paths resolved
+//! against the data directory and every value checked against its range. A
+//! bad value is reported with its key, the value and the allowed range.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default data directory of both binaries.
+pub const DATA_DIR_DEFAULT: &str = "./eventd-data";
+
+/// `MaxBatchSize`: events per commit at most. The default was chosen with
+/// the load harness (docs/performance.md).
+pub const MAX_BATCH_SIZE_DEFAULT: u64 = 4096;
+pub const MAX_BATCH_SIZE_RANGE: (u64, u64) = (1, 1_000_000);
+
+/// `MaxConcurrentQueries`: the seed's default is 128.
+pub const MAX_CONCURRENT_QUERIES_DEFAULT: u64 = 128;
+pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
+
+/// `RingBytes`: the size of each per-CPU ring file created by eventd.
+pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as u64;
+pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
+
+/// What the TOML file says, key by key. Every key is optional.
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "PascalCase")]
+pub struct ConfigFile {
+    /// 0 = one shard per attached ring (the default); 1..=256 explicit (R1).
+    pub storage_shards: Option<i64>,
+    pub max_batch_size: Option<i64>,
+    pub max_concurrent_queries: Option<i64>,
+    /// Shard databases (default `DATA_DIR/store`).
+    pub store_dir: Option<PathBuf>,
+    /// KMES ring files (default `DATA_DIR/kmes`).
+    pub kmes_dir: Option<PathBuf>,
+    /// Sockets (default `DATA_DIR/run`).
+    pub run_dir: Option<PathBuf>,
+    pub ring_bytes: Option<i64>,
+    /// Drop events older than this, e.g. "30d" (unset = keep).
+    pub retention_max_age: Option<String>,
+    /// Keep the store under this many bytes (unset = no limit).
+    pub retention_max_bytes: Option<i64>,
+}
+
+/// A configuration problem, naming the file, key and allowed values.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("configuration file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{key} = {value} is out of range: {allowed}")]
+    Range {
+        key: &'static str,
+        value: String,
+        allowed: String,
+    },
+}
+
+/// The settings the daemon runs with: every value checked, paths resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub storage_shards: i64,
+    pub max_batch_size: u64,
+    pub max_concurrent_queries: u64,
+    pub store_dir: PathBuf,
+    pub kmes_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub ring_bytes: u64,
+    pub retention_max_age: Option<Duration>,
+    pub retention_max_bytes: Option<u64>,
+}
+
+impl ConfigFile {
+    /// Parses TOML text; `path` is only used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Checks every value and resolves paths against `data_dir`.
+    pub fn resolve(&self, data_dir: &Path) -> Result<Settings, ConfigError> {
+        let storage_shards = self.storage_shards.unwrap_or(0);
+        let max = crate::routing::STORAGE_SHARDS_MAX;
+        if !(0..=max).contains(&storage_shards) {
+            return Err(ConfigError::Range {
+                key: "StorageShards",
+                value: storage_shards.to_string(),
+                allowed: format!("0 (one shard per attached ring, the default) or 1..={max}"),
+            });
+        }
+        let dir = |value: &Option<PathBuf>, name: &str| match value {
+            Some(p) if p.is_absolute() => p.clone(),
+            Some(p) => data_dir.join(p),
+            None => data_dir.join(name),
+        };
+        Ok(Settings {
+            data_dir: data_dir.to_path_buf(),
+            storage_shards,
+            max_batch_size: ranged(
+                "MaxBatchSize",
+                self.max_batch_size,
+                MAX_BATCH_SIZE_DEFAULT,
+                MAX_BATCH_SIZE_RANGE,
+            )?,
+            max_concurrent_queries: ranged(
+                "MaxConcurrentQueries",
+                self.max_concurrent_queries,
+                MAX_CONCURRENT_QUERIES_DEFAULT,
+                MAX_CONCURRENT_QUERIES_RANGE,
+            )?,
+            store_dir: dir(&self.store_dir, "store"),
+            kmes_dir: dir(&self.kmes_dir, "kmes"),
+            run_dir: dir(&self.run_dir, "run"),
+            ring_bytes: ranged(
+                "RingBytes",
+                self.ring_bytes,
+                RING_BYTES_DEFAULT,
+                RING_BYTES_RANGE,
+            )?,
+            retention_max_age: match &self.retention_max_age {
+                None => None,
+                Some(text) => Some(parse_age(text)?),
+            },
+            retention_max_bytes: match self.retention_max_bytes {
+                None => None,
+                Some(v) => Some(ranged(
+                    "RetentionMaxBytes",
+                    Some(v),
+                    0,
+                    (1 << 20, i64::MAX as u64),
+                )?),
+            },
+        })
+    }
+}
+
+impl Settings {
+    /// Embedded defaults under `data_dir`: what `eventd --data-dir DIR` runs
+    /// with when no configuration file is given.
+    pub fn defaults(data_dir: &Path) -> Settings {
+        ConfigFile::default()
+            .resolve(data_dir)
+            .expect("the embedded defaults are in range")
+    }
+}
+
+fn ranged(
+    key: &'static str,
+    value: Option<i64>,
+    default: u64,
+    (lo, hi): (u64, u64),
+) -> Result<u64, ConfigError> {
+    let Some(v) = value else {
+        return Ok(default);
+    };
+    match u64::try_from(v) {
+        Ok(u) if (lo..=hi).contains(&u) => Ok(u),
+        _ => Err(ConfigError::Range {
+            key,
+            value: v.to_string(),
+            allowed: format!("{lo}..={hi}"),
+        }),
+    }
+}
+
+fn parse_age(text: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Range {
+        key: "RetentionMaxAge",
+        value: format!("{text:?}"),
+        allowed: "a positive duration such as \"12h\", \"30d\" or \"1w\"".to_string(),
+    };
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

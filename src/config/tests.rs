@@ -1,0 +1,75 @@
+use super::*;
+
+fn resolve(text: &str) -> Result<Settings, ConfigError> {
+    ConfigFile::parse(text, Path::new("test.toml"))?.resolve(Path::new("/data"))
+}
+
+#[test]
+fn embedded_defaults_place_everything_under_the_data_dir() {
+    let s = Settings::defaults(Path::new("/data"));
+    assert_eq!(s.storage_shards, 0);
+    assert_eq!(s.max_batch_size, MAX_BATCH_SIZE_DEFAULT);
+    assert_eq!(s.max_concurrent_queries, 128);
+    assert_eq!(s.store_dir, Path::new("/data/store"));
+    assert_eq!(s.kmes_dir, Path::new("/data/kmes"));
+    assert_eq!(s.run_dir, Path::new("/data/run"));
+    assert_eq!(s.retention_max_age, None);
+}
+
+#[test]
+fn seed_key_names_are_read() {
+    let s = resolve(
+        "StorageShards = 16\nMaxBatchSize = 1000\nMaxConcurrentQueries = 8\n\
+         StoreDir = \"shards\"\nKmesDir = \"/dev/shm/kmes\"\nRingBytes = 1048576\n\
+         RetentionMaxAge = \"30d\"\nRetentionMaxBytes = 10737418240\n",
+    )
+    .unwrap();
+    assert_eq!(s.storage_shards, 16);
+    assert_eq!(s.max_batch_size, 1000);
+    assert_eq!(s.max_concurrent_queries, 8);
+    assert_eq!(s.store_dir, Path::new("/data/shards"));
+    assert_eq!(s.kmes_dir, Path::new("/dev/shm/kmes"));
+    assert_eq!(s.ring_bytes, 1 << 20);
+    assert_eq!(s.retention_max_age, Some(Duration::from_secs(30 * 86400)));
+    assert_eq!(s.retention_max_bytes, Some(10 << 30));
+}
+
+#[test]
+fn r1_storage_shards_out_of_range_names_key_value_and_range() {
+    for bad in ["-1", "257", "100000"] {
+        let e = resolve(&format!("StorageShards = {bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("StorageShards"), "{e}");
+        assert!(e.contains(bad), "{e}");
+        assert!(e.contains("1..=256"), "{e}");
+    }
+    assert_eq!(resolve("StorageShards = 256").unwrap().storage_shards, 256);
+}
+
+#[test]
+fn other_ranges_are_checked() {
+    let e = resolve("MaxBatchSize = 0").unwrap_err().to_string();
+    assert!(
+        e.contains("MaxBatchSize = 0") && e.contains("1..=1000000"),
+        "{e}"
+    );
+    let e = resolve("MaxConcurrentQueries = -5")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("MaxConcurrentQueries = -5"), "{e}");
+    let e = resolve("RingBytes = 10").unwrap_err().to_string();
+    assert!(e.contains("RingBytes = 10"), "{e}");
+    let e = resolve("RetentionMaxAge = \"soon\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("RetentionMaxAge") && e.contains("soon"), "{e}");
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_name_the_key() {
+    let e = resolve("StorageShard = 4").unwrap_err().to_string();
+    assert!(e.contains("StorageShard") && e.contains("test.toml"), "{e}");
+    let e = resolve("MaxBatchSize = \"lots\"").unwrap_err().to_string();
+    assert!(e.contains("MaxBatchSize"), "{e}");
+}

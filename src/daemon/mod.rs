@@ -1,0 +1,297 @@
+//! The daemon: start-up order, threads and shutdown.
+//!
+//! Start-up: lock the data directory, attach the rings (R4 ordinals),
+//! compute the shard count (R1), check the descriptor allowance against the
+//! soft limit (R2) before any database is opened, open or create the active
+//! shards (R12), plan each ring's resume point from the receipts of every
+//! database in the store (R6, R7), assign shards to rings (R4) and start one
+//! writer thread per shard (R8) and one drain thread per ring (R5, R9).
+//!
+//! Shutdown: the drains stop reading; when the last sender of a channel is
+//! dropped its writer commits what is left and closes its database.
+
+pub mod drain;
+mod lock;
+pub mod signals;
+
+pub use drain::{DrainStats, DrainThread};
+pub use lock::DataDirLock;
+
+use crate::channel::{Capacity, HandoffChannel};
+use crate::config::Settings;
+use crate::rings::{online_cpus, KmesDir, Ring, RingError, RingReader};
+use crate::routing::{self, RoutingError, StripeRouter};
+use crate::store::{self, CommitTracker, ReceiptReader, ShardWriter, StoreError, WriterStats};
+use std::collections::BTreeSet;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Internal sizes chosen by measurement with the load harness
+/// (docs/performance.md), not operator settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunables {
+    /// R5 stripe length L: consecutive events a drain sends to one shard.
+    pub stripe_len: NonZeroU32,
+    /// Capacity of each shard's handoff channel (R9).
+    pub channel: Capacity,
+}
+
+impl Default for Tunables {
+    fn default() -> Self {
+        Tunables {
+            // 256 > 0, so this is never the None branch.
+            stripe_len: NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN),
+            channel: Capacity {
+                slots: 1024,
+                bytes: 1 << 20,
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Lock(#[from] lock::LockError),
+    #[error("cannot create directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Rings(#[from] RingError),
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read the descriptor limit: {0}")]
+    Limit(std::io::Error),
+    #[error("cannot start a thread: {0}")]
+    Spawn(std::io::Error),
+    #[error("{0}")]
+    Threads(String),
+}
+
+/// What the daemon shares with monitoring (`eventctl stats`, the harness).
+pub struct DaemonState {
+    pub rings: Vec<Arc<Ring>>,
+    pub drains: Vec<Arc<DrainStats>>,
+    pub writers: Vec<Arc<WriterStats>>,
+    pub shard_paths: Vec<PathBuf>,
+    /// Shards owned by each ring ordinal (R4).
+    pub assignment: Vec<Vec<usize>>,
+    /// Live MaxBatchSize (R11: changes the next commit threshold only).
+    pub max_batch: Arc<AtomicU64>,
+    pub needed_descriptors: u64,
+    pub trackers: Arc<[CommitTracker]>,
+}
+
+/// A running daemon.
+pub struct Daemon {
+    pub state: Arc<DaemonState>,
+    stop: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+    drains: Vec<JoinHandle<Result<(), drain::DrainError>>>,
+    writers: Vec<JoinHandle<Result<(), StoreError>>>,
+    lock: DataDirLock,
+}
+
+impl Daemon {
+    /// Starts eventd with `settings`; returns once every thread runs.
+    pub fn start(settings: &Settings, tunables: Tunables) -> Result<Daemon, DaemonError> {
+        for dir in [
+            &settings.data_dir,
+            &settings.run_dir,
+            &settings.store_dir,
+            &settings.kmes_dir,
+        ] {
+            std::fs::create_dir_all(dir).map_err(|source| DaemonError::Dir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let lock = DataDirLock::acquire(&settings.run_dir)?;
+
+        let attached = KmesDir::new(&settings.kmes_dir)
+            .attach_all(&online_cpus(), settings.ring_bytes as usize)?;
+        for (cpu, error) in &attached.failures {
+            log::error!("ring of cpu {cpu} not attached, its events are not collected: {error}");
+        }
+        let rings = attached.rings;
+        let shards = routing::shard_count(settings.storage_shards, rings.len())?;
+
+        // R2, before any database is opened: everything queries will see is
+        // the existing databases plus the active shards about to be created.
+        let shard_paths: Vec<PathBuf> = (0..shards)
+            .map(|j| store::shard_path(&settings.store_dir, j))
+            .collect();
+        let mut visible: BTreeSet<PathBuf> = store::list_databases(&settings.store_dir)?
+            .into_iter()
+            .collect();
+        visible.extend(shard_paths.iter().cloned());
+        let limit = routing::soft_descriptor_limit().map_err(DaemonError::Limit)?;
+        let needed = routing::check_descriptors(
+            settings.max_concurrent_queries,
+            visible.len() as u64,
+            rings.len() as u64,
+            limit,
+        )?;
+        log::info!(
+            "{} rings attached, {shards} shards ({} databases in {}); descriptors: \
+             allowance {needed}, soft limit {limit}",
+            rings.len(),
+            visible.len(),
+            settings.store_dir.display()
+        );
+
+        let connections = shard_paths
+            .iter()
+            .map(|p| store::open_shard(p))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        // Recovery (R6, R7): every database, old ones included.
+        let all: Vec<PathBuf> = visible.into_iter().collect();
+        let mut receipts = ReceiptReader::open(&all);
+        let plans: Vec<store::RingPlan> = rings
+            .iter()
+            .map(|r| receipts.plan(r.ring.epoch()))
+            .collect();
+        for warning in &receipts.warnings {
+            log::warn!("recovery: {warning}");
+        }
+        drop(receipts);
+        for (r, plan) in rings.iter().zip(&plans) {
+            log::info!(
+                "cpu {}: ring epoch {:016x}, resuming at sequence {} ({} committed runs above)",
+                r.cpu,
+                r.ring.epoch(),
+                plan.committed_through + 1,
+                plan.above.len()
+            );
+        }
+        let trackers: Arc<[CommitTracker]> = plans
+            .iter()
+            .map(|p| CommitTracker::new(p.committed_through, &p.above))
+            .collect();
+
+        let assignment = routing::assign(rings.len(), shards);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let max_batch = Arc::new(AtomicU64::new(settings.max_batch_size));
+
+        let mut senders = Vec::with_capacity(shards);
+        let mut writers = Vec::with_capacity(shards);
+        let mut writer_stats = Vec::with_capacity(shards);
+        for (j, conn) in connections.into_iter().enumerate() {
+            let (tx, rx) = HandoffChannel::new(tunables.channel)
+                .map_err(|e| DaemonError::Threads(format!("channel: {e}")))?;
+            senders.push(tx);
+            let stats = Arc::new(WriterStats::default());
+            writer_stats.push(stats.clone());
+            let writer = ShardWriter::new(
+                shard_paths[j].clone(),
+                conn,
+                rx,
+                max_batch.clone(),
+                trackers.clone(),
+                stats,
+                stopping.clone(),
+            );
+            writers.push(spawn(format!("writer-{j:03}"), move || writer.run())?);
+        }
+
+        let mut drains = Vec::with_capacity(rings.len());
+        let mut drain_stats = Vec::with_capacity(rings.len());
+        for (r, plan) in rings.iter().zip(&plans) {
+            let owned = assignment[r.ordinal].clone();
+            let mut mine = vec![None; shards];
+            for &j in &owned {
+                mine[j] = Some(senders[j].clone());
+            }
+            let stats = Arc::new(DrainStats::default());
+            drain_stats.push(stats.clone());
+            let reader = RingReader::resume(r.ring.clone(), plan.resume);
+            let drain = DrainThread::new(
+                r.ordinal as u32,
+                reader,
+                StripeRouter::new(owned, tunables.stripe_len),
+                mine,
+                plan,
+                stop.clone(),
+                stats,
+            );
+            drains.push(spawn(format!("drain-{:03}", r.cpu), move || drain.run())?);
+        }
+        // Only the drains hold senders now: when they stop, writers finish.
+        drop(senders);
+
+        let state = Arc::new(DaemonState {
+            rings: rings.iter().map(|r| r.ring.clone()).collect(),
+            drains: drain_stats,
+            writers: writer_stats,
+            shard_paths,
+            assignment,
+            max_batch,
+            needed_descriptors: needed,
+            trackers,
+        });
+        lock.mark_ready()?;
+        Ok(Daemon {
+            state,
+            stop,
+            stopping,
+            drains,
+            writers,
+            lock,
+        })
+    }
+
+    /// Asks every thread to finish; [`join`](Self::join) waits for them.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.stopping.store(true, Ordering::Relaxed);
+        for ring in &self.state.rings {
+            ring.wake_reader();
+        }
+    }
+
+    /// Stops (if not asked yet) and waits for every thread: drains first,
+    /// then writers, which commit everything they were handed.
+    pub fn join(self) -> Result<(), DaemonError> {
+        self.stop();
+        let mut failures = Vec::new();
+        for handle in self.drains {
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(e.to_string()),
+                Err(_) => failures.push("a drain thread panicked".to_string()),
+            }
+        }
+        for handle in self.writers {
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(e.to_string()),
+                Err(_) => failures.push("a writer thread panicked".to_string()),
+            }
+        }
+        drop(self.lock);
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(DaemonError::Threads(failures.join("; ")))
+        }
+    }
+}
+
+fn spawn<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<JoinHandle<T>, DaemonError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(DaemonError::Spawn)
+}

@@ -1,0 +1,133 @@
+//! The shard store: schema and migrations, the shard writer (the only code
+//! that writes SQLite, R8), receipts and recovery.
+//!
+//! Shard databases are `shard-NNN.db` files in the store directory. They are
+//! created on first use and never deleted or overwritten (R12): a daemon
+//! started with fewer shards leaves the others in place, and recovery and
+//! queries read every `*.db` file there (R7).
+
+pub mod handoff;
+pub mod recovery;
+pub mod schema;
+pub mod tracker;
+pub mod writer;
+
+pub use handoff::{Handoff, Kind};
+pub use recovery::{ReceiptReader, RingPlan};
+pub use tracker::{CommitTracker, CommittedRuns};
+pub use writer::{ShardWriter, WriterStats};
+
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("shard database {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "shard database {path} has schema version {found}, newer than this \
+         eventd's {supported}; it is left untouched"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    #[error("shard database {path}: could not commit {events} events: {source}")]
+    Commit {
+        path: PathBuf,
+        events: usize,
+        source: rusqlite::Error,
+    },
+}
+
+/// The file of shard `index`.
+pub fn shard_path(store_dir: &Path, index: usize) -> PathBuf {
+    store_dir.join(format!("shard-{index:03}.db"))
+}
+
+/// Every `*.db` file in the store directory, sorted by name (R7: whatever
+/// configuration wrote it).
+pub fn list_databases(store_dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    let entries = std::fs::read_dir(store_dir).map_err(|source| StoreError::Dir {
+        path: store_dir.to_path_buf(),
+        source,
+    })?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "db") && p.is_file())
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Opens shard `path` for writing, creating it if it does not exist, and
+/// brings its schema up to date. An existing file is never truncated or
+/// replaced (R12): one that is not a readable database is an error naming it.
+pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
+    let err = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    schema::configure_writer(&conn).map_err(err)?;
+    match schema::migrate(&mut conn).map_err(err)? {
+        Ok(()) => Ok(conn),
+        Err(found) => Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn r12_an_existing_file_that_is_not_a_database_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 7);
+        std::fs::write(&path, b"not a database, and it must survive".repeat(200)).unwrap();
+        let e = open_shard(&path).unwrap_err().to_string();
+        assert!(e.contains("shard-007.db"), "{e}");
+        let kept = std::fs::read(&path).unwrap();
+        assert!(kept.starts_with(b"not a database"));
+    }
+
+    #[test]
+    fn r12_reopening_keeps_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 0);
+        let conn = open_shard(&path).unwrap();
+        conn.execute(
+            "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, detected_at) \
+             VALUES (1, 0, 1, 1, 1, 'overwritten', 0, 0)",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let conn = open_shard(&path).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM gaps", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(list_databases(dir.path()).unwrap(), vec![path]);
+    }
+}

@@ -1,0 +1,214 @@
+//! Recovery: where each ring's drain resumes, from the receipts in every
+//! shard database of the store directory (R6: receipts, not re-computed
+//! routing, are the authority; R12: old shards count too).
+//!
+//! For one ring epoch the plan is found in two steps:
+//! 1. `W` = the highest `committed_through` of any receipt: every sequence
+//!    at or below it was committed somewhere.
+//! 2. Receipts with `last_seq >= W` are merged in sequence order from `W`
+//!    on; the first hole is where the drain resumes (the position stored in
+//!    the receipt that ends just before it). Runs above the hole are already
+//!    committed: the drain skips them when it reads them again.
+
+use super::tracker::CommittedRuns;
+use crate::rings::ReadPosition;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+
+/// Where one ring epoch's drain starts and what it must not store again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingPlan {
+    /// Reader position to resume at.
+    pub resume: ReadPosition,
+    /// Every sequence number at or below this is committed or stored as a
+    /// gap. Sequence numbers between it and `resume.next_seq` that are not in
+    /// `above` were passed over by the reader before (lost): the drain
+    /// records them as a gap.
+    pub committed_through: u64,
+    /// Committed runs above `committed_through`.
+    pub above: Vec<(u64, u64)>,
+}
+
+impl RingPlan {
+    /// A ring nothing was ever committed from.
+    pub const FRESH: RingPlan = RingPlan {
+        resume: ReadPosition::START,
+        committed_through: 0,
+        above: Vec::new(),
+    };
+
+    pub fn committed_runs(&self) -> CommittedRuns {
+        CommittedRuns::new(self.above.clone())
+    }
+}
+
+/// A receipt row, as recovery needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    first: u64,
+    last: u64,
+    position: u64,
+    next_seq: u64,
+}
+
+/// Read-only connections to every shard database, for recovery.
+pub struct ReceiptReader {
+    shards: Vec<(PathBuf, Connection)>,
+    /// Shards that could not be read, with why.
+    pub warnings: Vec<String>,
+}
+
+impl ReceiptReader {
+    /// Opens every path read-only; one that fails is named in `warnings`.
+    pub fn open(paths: &[PathBuf]) -> Self {
+        let mut reader = ReceiptReader {
+            shards: Vec::new(),
+            warnings: Vec::new(),
+        };
+        for path in paths {
+            match open_read_only(path) {
+                Ok(conn) => reader.shards.push((path.clone(), conn)),
+                Err(e) => reader
+                    .warnings
+                    .push(format!("{}: cannot read receipts: {e}", path.display())),
+            }
+        }
+        reader
+    }
+
+    /// The plan for ring epoch `epoch`.
+    pub fn plan(&mut self, epoch: u64) -> RingPlan {
+        let epoch = epoch as i64;
+        let mut watermark = 0u64;
+        for (path, conn) in &self.shards {
+            match conn.query_row(
+                "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1",
+                [epoch],
+                |r| r.get::<_, Option<i64>>(0),
+            ) {
+                Ok(w) => watermark = watermark.max(w.unwrap_or(0) as u64),
+                Err(e) => self
+                    .warnings
+                    .push(format!("{}: cannot read receipts: {e}", path.display())),
+            }
+        }
+        let runs = self.runs_from(epoch, watermark);
+        match plan_from_runs(watermark, runs) {
+            Some(plan) => plan,
+            // The receipt ending at the watermark was not found (its shard
+            // became unreadable): merge every receipt from the start instead.
+            None => plan_from_runs(0, self.runs_from(epoch, 0)).unwrap_or(RingPlan::FRESH),
+        }
+    }
+
+    fn runs_from(&mut self, epoch: i64, from: u64) -> Vec<Run> {
+        let mut runs = Vec::new();
+        for (path, conn) in &self.shards {
+            let result = conn
+                .prepare_cached(
+                    "SELECT first_seq, last_seq, position, next_seq FROM receipts \
+                     WHERE ring_epoch = ?1 AND last_seq >= ?2",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_map([epoch, from as i64], |r| {
+                        Ok(Run {
+                            first: r.get::<_, i64>(0)? as u64,
+                            last: r.get::<_, i64>(1)? as u64,
+                            position: r.get::<_, i64>(2)? as u64,
+                            next_seq: r.get::<_, i64>(3)? as u64,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<Run>>>()
+                });
+            match result {
+                Ok(mut found) => runs.append(&mut found),
+                Err(e) => self
+                    .warnings
+                    .push(format!("{}: cannot read receipts: {e}", path.display())),
+            }
+        }
+        runs
+    }
+}
+
+/// Merges `runs` upward from `watermark`. `None` if no run ends at the
+/// watermark (so its resume position is unknown).
+fn plan_from_runs(watermark: u64, mut runs: Vec<Run>) -> Option<RingPlan> {
+    runs.sort_unstable_by_key(|r| (r.first, r.last));
+    let mut through = watermark;
+    let mut resume = if watermark == 0 {
+        Some(ReadPosition::START)
+    } else {
+        None
+    };
+    let mut above = Vec::new();
+    for run in runs {
+        if run.last < through {
+            continue;
+        }
+        if !above.is_empty() || run.first > through + 1 {
+            // Past the first hole.
+            above.push((run.first, run.last));
+            continue;
+        }
+        if run.last > through || resume.is_none() {
+            through = run.last;
+            resume = Some(ReadPosition::from_words(run.position, run.next_seq));
+        }
+    }
+    Some(RingPlan {
+        resume: resume?,
+        committed_through: through,
+        above,
+    })
+}
+
+/// Opens a shard database read-only (queries and recovery never write).
+pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    // Reading the schema proves this is a database and not some other file.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+    Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(first: u64, last: u64) -> Run {
+        Run {
+            first,
+            last,
+            position: last * 100,
+            next_seq: last + 1,
+        }
+    }
+
+    #[test]
+    fn r6_resume_at_the_first_hole_not_after_the_highest_receipt() {
+        // Stripes of 10 over two shards: 1..10 and 21..30 committed by A,
+        // 11..20 lost in B's uncommitted batch.
+        let plan = plan_from_runs(0, vec![run(21, 30), run(1, 10)]).unwrap();
+        assert_eq!(plan.committed_through, 10);
+        assert_eq!(plan.resume, ReadPosition::from_words(1000, 11));
+        assert_eq!(plan.above, vec![(21, 30)]);
+    }
+
+    #[test]
+    fn r6_contiguous_runs_resume_after_the_last() {
+        let plan = plan_from_runs(10, vec![run(11, 20), run(1, 10), run(21, 25)]).unwrap();
+        assert_eq!(plan.committed_through, 25);
+        assert_eq!(plan.resume.next_seq, 26);
+        assert!(plan.above.is_empty());
+    }
+
+    #[test]
+    fn nothing_committed_starts_fresh_and_unknown_watermark_is_none() {
+        assert_eq!(plan_from_runs(0, vec![]).unwrap(), RingPlan::FRESH);
+        assert_eq!(plan_from_runs(10, vec![run(21, 30)]), None);
+    }
+}

@@ -1,0 +1,118 @@
+//! The shard database schema: an append-only list of migrations tracked by
+//! SQLite's `user_version`, and the pragmas each connection runs with.
+//!
+//! Column names are plain (`events.ts`, `cpu`, `seq`, `level`, ...) so that
+//! `sqlite3` users can read a shard directly; docs/storage.md describes every
+//! table.
+
+use rusqlite::Connection;
+
+/// Migration `i` brings a database from `user_version` i to i + 1. Entries
+/// are never edited or removed once released; new ones are appended.
+const MIGRATIONS: &[&str] = &[
+    // 1: events, gaps and receipts.
+    "CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        ts INTEGER NOT NULL,          -- nanoseconds since the Unix epoch
+        cpu INTEGER NOT NULL,         -- logical CPU id of the ring
+        seq INTEGER NOT NULL,         -- sequence number in the ring
+        ring_epoch INTEGER NOT NULL,  -- ring lifetime id (see gaps, receipts)
+        pid INTEGER NOT NULL,
+        tid INTEGER NOT NULL,
+        uid INTEGER NOT NULL,
+        level INTEGER NOT NULL,       -- syslog: 0 emerg .. 7 debug
+        provider TEXT NOT NULL,
+        name TEXT NOT NULL,
+        message TEXT NOT NULL,
+        fields TEXT                   -- JSON object, or NULL
+    );
+    CREATE INDEX events_ts ON events (ts);
+    CREATE TABLE gaps (
+        id INTEGER PRIMARY KEY,
+        ring_epoch INTEGER NOT NULL,
+        cpu INTEGER NOT NULL,
+        from_seq INTEGER NOT NULL,
+        to_seq INTEGER NOT NULL,
+        lost INTEGER NOT NULL,        -- to_seq - from_seq + 1
+        reason TEXT NOT NULL,         -- overwritten, abandoned, corrupt
+        ts_before INTEGER NOT NULL,   -- last event seen before the gap (0 = none)
+        detected_at INTEGER NOT NULL  -- when the drain found it
+    );
+    CREATE INDEX gaps_detected_at ON gaps (detected_at);
+    CREATE TABLE receipts (
+        id INTEGER PRIMARY KEY,
+        ring_epoch INTEGER NOT NULL,
+        cpu INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,   -- this run covers first_seq..=last_seq
+        last_seq INTEGER NOT NULL,
+        position INTEGER NOT NULL,    -- reader position after last_seq
+        next_seq INTEGER NOT NULL,
+        committed_through INTEGER NOT NULL, -- every seq <= this was committed somewhere
+        committed_at INTEGER NOT NULL
+    );
+    CREATE INDEX receipts_ring ON receipts (ring_epoch, last_seq);",
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings `conn` up to [`SCHEMA_VERSION`], each step in its own
+/// transaction. A database from a newer eventd is refused, not touched.
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), i64>> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Ok(Err(version));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i as i64 + 1)?;
+        tx.commit()?;
+    }
+    Ok(Ok(()))
+}
+
+/// Pragmas of a writer connection. WAL lets queries read while the writer
+/// commits; `synchronous = NORMAL` syncs at checkpoints, not every commit:
+/// a killed process loses nothing committed, a power cut may lose the last
+/// commits (their events are then drained again if still in the ring).
+pub fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    conn.pragma_update(None, "cache_size", -16384)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 4096)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrating_twice_is_a_no_op() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap().unwrap();
+        migrate(&mut conn).unwrap().unwrap();
+        let v: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 3);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), Err(SCHEMA_VERSION + 1));
+    }
+}

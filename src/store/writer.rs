@@ -1,0 +1,342 @@
+//! The shard writer: one thread per shard, the only writer of its database
+//! (R8).
+//!
+//! It takes items from its handoff channel into a batch and commits when the
+//! batch reaches MaxBatchSize or the channel runs dry (group commit: batches
+//! grow under load, an idle daemon commits each event at once). The batch is
+//! copied out of the channel first, so the channel's room goes back to the
+//! drains before the commit starts, and a transaction can hold many more
+//! events than the channel (R11). Every commit stores the events, the gaps
+//! and one receipt per contiguous run of each ring's sequence numbers in the
+//! same transaction (R6). A failed commit (full disk, say) is rolled back and
+//! retried with the same batch; meanwhile the channel fills and the drains
+//! pause, and the rings absorb the backlog.
+
+use super::handoff::{split_payload, Handoff, Kind};
+use super::tracker::CommitTracker;
+use super::StoreError;
+use crate::channel::{Receiver, TryRecvError};
+use crate::rings::LossReason;
+use rusqlite::{params, Connection};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Counters a writer keeps for `eventctl stats` and the load harness.
+/// Relaxed everywhere: monitoring only.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub events: AtomicU64,
+    /// Sequence numbers stored as gaps.
+    pub lost: AtomicU64,
+    pub commits: AtomicU64,
+    pub batch_max: AtomicU64,
+    pub commit_errors: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// Items copied out of the channel, waiting for the next commit.
+#[derive(Default)]
+struct Batch {
+    headers: Vec<Handoff>,
+    /// Payload of item i is `bytes[ends[i-1]..ends[i]]`.
+    ends: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl Batch {
+    fn push(&mut self, h: &Handoff, payload: &[u8]) {
+        self.headers.push(*h);
+        self.bytes.extend_from_slice(payload);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn len(&self) -> usize {
+        self.headers.len()
+    }
+
+    fn clear(&mut self) {
+        self.headers.clear();
+        self.ends.clear();
+        self.bytes.clear();
+    }
+
+    fn payload(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// One receipt being built: a contiguous run of one ring's sequences.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    ring: u32,
+    cpu: u32,
+    epoch: u64,
+    first: u64,
+    last: u64,
+    position: u64,
+    next_seq: u64,
+}
+
+pub struct ShardWriter {
+    path: PathBuf,
+    conn: Connection,
+    rx: Receiver<Handoff>,
+    /// MaxBatchSize; read before each batch, so a change applies to the next
+    /// commit (R11) and never touches the channel.
+    max_batch: Arc<AtomicU64>,
+    /// Indexed by ring ordinal.
+    trackers: Arc<[CommitTracker]>,
+    stats: Arc<WriterStats>,
+    /// Set at shutdown: a failing commit is then given up after a few tries.
+    stopping: Arc<AtomicBool>,
+    batch: Batch,
+    runs: Vec<Run>,
+}
+
+/// Commit attempts made at shutdown before giving a failing batch up (its
+/// events stay in the rings, uncommitted, and are drained at the next start).
+const SHUTDOWN_ATTEMPTS: u32 = 5;
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+
+impl ShardWriter {
+    pub fn new(
+        path: PathBuf,
+        conn: Connection,
+        rx: Receiver<Handoff>,
+        max_batch: Arc<AtomicU64>,
+        trackers: Arc<[CommitTracker]>,
+        stats: Arc<WriterStats>,
+        stopping: Arc<AtomicBool>,
+    ) -> Self {
+        ShardWriter {
+            path,
+            conn,
+            rx,
+            max_batch,
+            trackers,
+            stats,
+            stopping,
+            batch: Batch::default(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// Runs until every drain has dropped its sender and the channel is
+    /// empty, then closes the database (checkpointing the WAL).
+    pub fn run(mut self) -> Result<(), StoreError> {
+        loop {
+            let max = self.max_batch.load(Ordering::Relaxed).max(1) as usize;
+            let batch = &mut self.batch;
+            batch.clear();
+            if self.rx.recv_batch(max, |h, p| batch.push(h, p)).is_err() {
+                break; // every sender is gone and nothing is left
+            }
+            while batch.len() < max {
+                match self
+                    .rx
+                    .try_recv_batch(max - batch.len(), |h, p| batch.push(h, p))
+                {
+                    Ok(_) => {}
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            // Room goes back before the commit, not after it.
+            self.rx.release_consumed();
+            self.commit_with_retry()?;
+        }
+        Ok(())
+    }
+
+    fn commit_with_retry(&mut self) -> Result<(), StoreError> {
+        let mut delay = Duration::from_millis(10);
+        let mut attempts = 0;
+        loop {
+            match self.commit() {
+                Ok(()) => return Ok(()),
+                Err(source) => {
+                    attempts += 1;
+                    self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
+                    let message = format!(
+                        "shard database {}: commit of {} items failed: {source}",
+                        self.path.display(),
+                        self.batch.len()
+                    );
+                    *self
+                        .stats
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
+                    if self.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS {
+                        return Err(StoreError::Commit {
+                            path: self.path.clone(),
+                            events: self.batch.len(),
+                            source,
+                        });
+                    }
+                    log::error!("{message}; retrying in {delay:?}");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(RETRY_DELAY_MAX);
+                }
+            }
+        }
+    }
+
+    /// One transaction: events, gaps, receipts. On success, tells the ring
+    /// trackers which runs are now committed.
+    fn commit(&mut self) -> rusqlite::Result<()> {
+        self.runs.clear();
+        let now_ns = crate::rings::now_ns();
+        let tx = self.conn.transaction()?;
+        let (mut events, mut lost) = (0u64, 0u64);
+        {
+            let mut insert_event = tx.prepare_cached(
+                "INSERT INTO events (ts, cpu, seq, ring_epoch, pid, tid, uid, level, \
+                 provider, name, message, fields) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            )?;
+            let mut insert_gap = tx.prepare_cached(
+                "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, \
+                 ts_before, detected_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for (i, h) in self.batch.headers.iter().enumerate() {
+                let parts = match h.kind {
+                    Kind::Event => split_payload(h, self.batch.payload(i)),
+                    Kind::Gap(_) => None,
+                };
+                match (h.kind, parts) {
+                    (Kind::Event, Some([provider, name, message, fields])) => {
+                        let fields = (!fields.is_empty()).then_some(fields);
+                        insert_event.execute(params![
+                            h.ts_ns,
+                            h.cpu,
+                            h.first_seq as i64,
+                            h.ring_epoch as i64,
+                            h.pid,
+                            h.tid,
+                            h.uid,
+                            h.level,
+                            provider,
+                            name,
+                            message,
+                            fields,
+                        ])?;
+                        events += 1;
+                    }
+                    (kind, _) => {
+                        // A gap, or (never from our drain) an event whose
+                        // payload does not split: stored as a corrupt gap so
+                        // the sequence number stays accounted for.
+                        let reason = match kind {
+                            Kind::Gap(reason) => reason,
+                            Kind::Event => LossReason::Corrupt,
+                        };
+                        let count = h.last_seq - h.first_seq + 1;
+                        insert_gap.execute(params![
+                            h.ring_epoch as i64,
+                            h.cpu,
+                            h.first_seq as i64,
+                            h.last_seq as i64,
+                            count as i64,
+                            reason.name(),
+                            h.ts_ns,
+                            now_ns,
+                        ])?;
+                        lost += count;
+                    }
+                }
+                add_to_runs(&mut self.runs, h);
+            }
+            let mut insert_receipt = tx.prepare_cached(
+                "INSERT INTO receipts (ring_epoch, cpu, first_seq, last_seq, position, \
+                 next_seq, committed_through, committed_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for run in &self.runs {
+                // The watermark only covers commits that already returned,
+                // so storing it here never claims more than is durable.
+                let through = self.trackers[run.ring as usize].watermark();
+                insert_receipt.execute(params![
+                    run.epoch as i64,
+                    run.cpu,
+                    run.first as i64,
+                    run.last as i64,
+                    run.position as i64,
+                    run.next_seq as i64,
+                    through as i64,
+                    now_ns,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        for run in &self.runs {
+            self.trackers[run.ring as usize].committed(run.first, run.last);
+        }
+        let s = &self.stats;
+        s.events.fetch_add(events, Ordering::Relaxed);
+        s.lost.fetch_add(lost, Ordering::Relaxed);
+        s.commits.fetch_add(1, Ordering::Relaxed);
+        s.batch_max
+            .fetch_max(self.batch.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Extends the ring's latest run with `h` if it continues it, else starts a
+/// new run. Items of one ring reach a writer in sequence order (one drain per
+/// ring, FIFO channel), so a stripe boundary is the only break.
+fn add_to_runs(runs: &mut Vec<Run>, h: &Handoff) {
+    if let Some(run) = runs.iter_mut().rev().find(|r| r.ring == h.ring) {
+        if run.epoch == h.ring_epoch && run.last.checked_add(1) == Some(h.first_seq) {
+            run.last = h.last_seq;
+            run.position = h.position;
+            run.next_seq = h.next_seq;
+            return;
+        }
+    }
+    runs.push(Run {
+        ring: h.ring,
+        cpu: h.cpu,
+        epoch: h.ring_epoch,
+        first: h.first_seq,
+        last: h.last_seq,
+        position: h.position,
+        next_seq: h.next_seq,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(ring: u32, first: u64, last: u64) -> Handoff {
+        Handoff {
+            ring,
+            ring_epoch: 7,
+            first_seq: first,
+            last_seq: last,
+            next_seq: last + 1,
+            ..Handoff::default()
+        }
+    }
+
+    #[test]
+    fn runs_break_at_stripe_boundaries_and_per_ring() {
+        let mut runs = Vec::new();
+        for h in [
+            item(0, 1, 1),
+            item(1, 5, 5),
+            item(0, 2, 2),
+            item(0, 3, 9), // a gap continues the run
+            item(0, 20, 20),
+            item(1, 6, 6),
+        ] {
+            add_to_runs(&mut runs, &h);
+        }
+        let got: Vec<(u32, u64, u64)> = runs.iter().map(|r| (r.ring, r.first, r.last)).collect();
+        assert_eq!(got, vec![(0, 1, 9), (1, 5, 6), (0, 20, 20)]);
+        assert_eq!(runs[0].next_seq, 10);
+    }
+}
