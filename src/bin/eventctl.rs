@@ -3,6 +3,7 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use eventd::config::DATA_DIR_DEFAULT;
+use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -80,7 +81,7 @@ fn run_emit(data_dir: &std::path::Path, args: EmitArgs) -> anyhow::Result<()> {
         .with_context(|| format!("no rings in {} (is eventd running there?)", kmes.display()))?;
     // SAFETY: getpid, gettid and getuid have no preconditions.
     let (pid, tid, uid) = unsafe { (libc::getpid(), libc::gettid(), libc::getuid()) };
-    let emit = |message: &str| -> anyhow::Result<()> {
+    let emit = |message: &str| -> Result<(), EmitRingError> {
         let event = Event {
             ts_ns: now_ns(),
             pid: pid as u32,
@@ -96,12 +97,23 @@ fn run_emit(data_dir: &std::path::Path, args: EmitArgs) -> anyhow::Result<()> {
         Ok(())
     };
     match &args.message {
-        Some(message) => emit(message),
+        Some(message) => Ok(emit(message)?),
         None => {
+            // One bad line (too long, or lost to a lapping ring) does not stop
+            // the stream; the count is reported at the end.
+            let (mut total, mut failed) = (0u64, 0u64);
+            let mut last_error = None;
             for line in std::io::stdin().lock().lines() {
-                emit(&line.context("reading standard input")?)?;
+                total += 1;
+                if let Err(e) = emit(&line.context("reading standard input")?) {
+                    failed += 1;
+                    last_error = Some(e);
+                }
             }
-            Ok(())
+            match last_error {
+                None => Ok(()),
+                Some(e) => bail!("{failed} of {total} events not written (last: {e:#})"),
+            }
         }
     }
 }

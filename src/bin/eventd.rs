@@ -19,6 +19,15 @@ struct Args {
     /// Without it eventd runs with embedded defaults.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Stripe length L (R5); internal, for tests and the load harness.
+    #[arg(long, hide = true, value_name = "N")]
+    stripe_len: Option<std::num::NonZeroU32>,
+    /// Slots of each shard channel; internal, for tests and the load harness.
+    #[arg(long, hide = true, value_name = "N")]
+    channel_slots: Option<usize>,
+    /// Byte budget of each shard channel; internal, as above.
+    #[arg(long, hide = true, value_name = "BYTES")]
+    channel_bytes: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,7 +48,15 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     let settings = file.resolve(&args.data_dir)?;
     let signals = ShutdownSignals::block().context("blocking shutdown signals")?;
-    let daemon = Daemon::start(&settings, Tunables::default())?;
+    let defaults = Tunables::default();
+    let tunables = Tunables {
+        stripe_len: args.stripe_len.unwrap_or(defaults.stripe_len),
+        channel: eventd::channel::Capacity {
+            slots: args.channel_slots.unwrap_or(defaults.channel.slots),
+            bytes: args.channel_bytes.unwrap_or(defaults.channel.bytes),
+        },
+    };
+    let daemon = Daemon::start(&settings, tunables)?;
     log::info!(
         "eventd running, data directory {}",
         settings.data_dir.display()

@@ -1,0 +1,659 @@
+//! The daemon end to end, with the real `eventd` and `eventctl` binaries,
+//! real ring files, real SQLite shard files and real signals (SIGTERM for a
+//! clean stop, SIGKILL for crashes).
+#![cfg(not(loom))]
+
+use rand::Rng;
+use rusqlite::{Connection, OpenFlags};
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EVENTD: &str = env!("CARGO_BIN_EXE_eventd");
+const EVENTCTL: &str = env!("CARGO_BIN_EXE_eventctl");
+
+/// A running `eventd` with its data directory.
+struct Eventd {
+    child: Child,
+    log: PathBuf,
+}
+
+fn config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("eventd.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn command(data: &Path, config: Option<&Path>, extra: &[&str]) -> (Command, PathBuf) {
+    let log = data.with_extension(format!("log-{}", rand::rng().random::<u32>()));
+    let mut cmd = Command::new(EVENTD);
+    cmd.arg("--data-dir").arg(data);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.args(extra);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    (cmd, log)
+}
+
+impl Eventd {
+    /// Starts eventd and waits until it has written its pid (start-up done).
+    fn start(data: &Path, config: Option<&Path>) -> Eventd {
+        Self::start_with(data, config, &[])
+    }
+
+    fn start_with(data: &Path, config: Option<&Path>, extra: &[&str]) -> Eventd {
+        let (mut cmd, log) = command(data, config, extra);
+        let mut child = cmd.spawn().unwrap();
+        let pid_file = data.join("run/eventd.pid");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if std::fs::read_to_string(&pid_file).is_ok_and(|s| s.trim() == child.id().to_string())
+            {
+                return Eventd { child, log };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("eventd exited at start-up ({status}):\n{}", read(&log));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "eventd did not start:\n{}",
+                read(&log)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, and a clean exit is required.
+    fn stop(mut self) {
+        signal(&self.child, libc::SIGTERM);
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "eventd exited {status}:\n{}",
+            read(&self.log)
+        );
+        let log = read(&self.log);
+        assert!(log.contains("stopped"), "{log}");
+    }
+
+    fn kill(mut self) {
+        signal(&self.child, libc::SIGKILL);
+        self.child.wait().unwrap();
+    }
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill with the pid of a child we have not reaped yet.
+    let rc = unsafe { libc::kill(child.id() as i32, sig) };
+    assert_eq!(rc, 0);
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// An `eventctl emit --stdin` process fed by the test.
+struct Emitter {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+impl Emitter {
+    fn spawn(data: &Path, provider: &str) -> Emitter {
+        let mut child = Command::new(EVENTCTL)
+            .arg("--data-dir")
+            .arg(data)
+            .args([
+                "emit",
+                "--provider",
+                provider,
+                "--level",
+                "notice",
+                "--stdin",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        Emitter { child, stdin }
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+    }
+
+    fn finish(self) {
+        let status = self.close();
+        assert!(status.success(), "eventctl emit failed: {status}");
+    }
+
+    /// Closes the input and waits; a lapping ring may make some lines fail.
+    fn close(mut self) -> std::process::ExitStatus {
+        self.stdin.flush().unwrap();
+        drop(self.stdin);
+        self.child.wait().unwrap()
+    }
+}
+
+fn emit_one(data: &Path, message: &str) {
+    let status = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "emit",
+            "--provider",
+            "single",
+            "--level",
+            "err",
+            "--field",
+            "k=v",
+        ])
+        .arg(message)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Every `*.db` in the store, opened read-only.
+fn shards(data: &Path) -> Vec<(PathBuf, Connection)> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(data.join("store"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "db"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let c = Connection::open_with_flags(&p, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            c.busy_timeout(Duration::from_secs(5)).unwrap();
+            (p, c)
+        })
+        .collect()
+}
+
+fn count_events(data: &Path) -> u64 {
+    shards(data)
+        .iter()
+        .map(|(_, c)| {
+            c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+                .unwrap() as u64
+        })
+        .sum()
+}
+
+/// Waits until the store holds `n` events.
+fn wait_for_events(data: &Path, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let have = count_events(data);
+        if have >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "store holds {have} of {n} events"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What the store says, checked for the exactly-once invariants:
+/// - per ring epoch, every sequence number from 1 to the highest is either
+///   one stored event or inside exactly one stored gap;
+/// - within each receipt, the shard holds exactly the receipt's range, its
+///   events in sequence order (row order follows sequence order).
+///
+/// Returns every stored message with how often it was stored, and the
+/// number of sequence numbers lost in gaps.
+fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
+    let mut messages: HashMap<String, u32> = HashMap::new();
+    // Per ring epoch, the sequence ranges covered: one per event, one per gap.
+    let mut covered: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    let mut lost = 0u64;
+    for (path, c) in shards(data) {
+        let mut stmt = c
+            .prepare("SELECT ring_epoch, seq, message FROM events ORDER BY id")
+            .unwrap();
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .unwrap();
+        // Per ring epoch of this shard: (seq, row number in id order).
+        let mut rows_by_ring: HashMap<i64, Vec<(i64, usize)>> = HashMap::new();
+        let mut gaps_by_ring: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for (row_number, row) in rows.enumerate() {
+            let (epoch, seq, message) = row.unwrap();
+            *messages.entry(message).or_default() += 1;
+            covered.entry(epoch).or_default().push((seq, seq));
+            rows_by_ring
+                .entry(epoch)
+                .or_default()
+                .push((seq, row_number));
+        }
+        let mut stmt = c
+            .prepare("SELECT ring_epoch, from_seq, to_seq, lost FROM gaps")
+            .unwrap();
+        for gap in stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })
+            .unwrap()
+        {
+            let (epoch, from, to, n) = gap.unwrap();
+            assert_eq!(n, to - from + 1);
+            lost += n as u64;
+            covered.entry(epoch).or_default().push((from, to));
+            gaps_by_ring.entry(epoch).or_default().push((from, to));
+        }
+        for v in rows_by_ring.values_mut() {
+            v.sort_unstable();
+        }
+        for v in gaps_by_ring.values_mut() {
+            v.sort_unstable();
+        }
+        // Receipts: each names a contiguous range this shard holds whole,
+        // and row order within it is sequence order.
+        let mut stmt = c
+            .prepare("SELECT ring_epoch, first_seq, last_seq FROM receipts")
+            .unwrap();
+        for receipt in stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .unwrap()
+        {
+            let (epoch, first, last) = receipt.unwrap();
+            let rows = rows_by_ring.get(&epoch).map_or(&[][..], |v| v.as_slice());
+            let lo = rows.partition_point(|&(seq, _)| seq < first);
+            let hi = rows.partition_point(|&(seq, _)| seq <= last);
+            let in_rows = &rows[lo..hi];
+            assert!(
+                in_rows.windows(2).all(|w| w[0].1 < w[1].1),
+                "{}: events of receipt {first}..={last} out of sequence order",
+                path.display()
+            );
+            let gaps = gaps_by_ring.get(&epoch).map_or(&[][..], |v| v.as_slice());
+            let lo = gaps.partition_point(|&(from, _)| from < first);
+            let gap_seqs: i64 = gaps[lo..]
+                .iter()
+                .take_while(|&&(_, to)| to <= last)
+                .map(|&(from, to)| to - from + 1)
+                .sum();
+            assert_eq!(
+                in_rows.len() as i64 + gap_seqs,
+                last - first + 1,
+                "{}: receipt {first}..={last} does not match the rows",
+                path.display()
+            );
+        }
+    }
+    // Per ring epoch: 1..=max covered exactly once (ranges neither overlap
+    // nor leave a hole).
+    for (epoch, mut ranges) in covered {
+        ranges.sort_unstable();
+        let mut next = 1;
+        for (from, to) in ranges {
+            assert!(from >= next, "ring {epoch:x}: sequence {from} stored twice");
+            assert_eq!(
+                from, next,
+                "ring {epoch:x}: sequences {next}..{from} missing"
+            );
+            next = to + 1;
+        }
+    }
+    (messages, lost)
+}
+
+fn assert_exactly(messages: &HashMap<String, u32>, expected: impl IntoIterator<Item = String>) {
+    let mut want = 0;
+    for m in expected {
+        want += 1;
+        assert_eq!(messages.get(&m), Some(&1), "message {m:?}");
+    }
+    assert_eq!(messages.len(), want, "unexpected extra messages");
+}
+
+#[test]
+fn end_to_end_every_event_from_several_processes_stored_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // Four shards for two rings: every drain stripes over two shards.
+    let cfg = config(dir.path(), "StorageShards = 4\nMaxBatchSize = 500\n");
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let mut expected = Vec::new();
+    let mut emitters: Vec<Emitter> = (0..3)
+        .map(|p| Emitter::spawn(&data, &format!("p{p}")))
+        .collect();
+    for i in 0..5000 {
+        for (p, e) in emitters.iter_mut().enumerate() {
+            let m = format!("p{p}-{i}");
+            e.send(&m);
+            expected.push(m);
+        }
+    }
+    for e in emitters {
+        e.finish();
+    }
+    for i in 0..3 {
+        let m = format!("single-{i}");
+        emit_one(&data, &m);
+        expected.push(m);
+    }
+    wait_for_events(&data, expected.len() as u64);
+    eventd.stop();
+    // A clean stop checkpoints and removes the WAL of every shard.
+    let files: Vec<String> = std::fs::read_dir(data.join("store"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let (messages, lost) = check_store(&data);
+    assert_eq!(lost, 0);
+    assert_exactly(&messages, expected);
+    // Structured fields and levels are stored as given.
+    let found: i64 = shards(&data)
+        .iter()
+        .map(|(_, c)| {
+            c.query_row(
+                "SELECT count(*) FROM events WHERE provider = 'single' AND level = 3 \
+                 AND json_extract(fields, '$.k') = 'v'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+        })
+        .sum();
+    assert_eq!(found, 3);
+}
+
+/// Feeds two `eventctl emit --stdin` processes (`pace`: sleep between
+/// groups of 100 lines; `lossy`: rings may lap) while killing eventd with SIGKILL
+/// `kills` times at random moments and restarting it. Returns the running
+/// daemon and every message sent.
+fn crash_loop(
+    data: &Path,
+    cfg: &Path,
+    tuning: &[&str],
+    kills: usize,
+    pace: Duration,
+    lossy: bool,
+) -> (Eventd, Vec<String>) {
+    let mut eventd = Eventd::start_with(data, Some(cfg), tuning);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeders: Vec<_> = (0..2)
+        .map(|p| {
+            let data = data.to_path_buf();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut e = Emitter::spawn(&data, &format!("crash{p}"));
+                let mut sent = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for _ in 0..100 {
+                        let m = format!("c{p}-{i}");
+                        e.send(&m);
+                        sent.push(m);
+                        i += 1;
+                    }
+                    std::thread::sleep(pace);
+                }
+                // Lines lost to a lapping ring make eventctl exit 1.
+                let status = e.close();
+                assert!(lossy || status.success(), "eventctl: {status}");
+                sent
+            })
+        })
+        .collect();
+    let mut rng = rand::rng();
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..600)));
+        eventd.kill();
+        eventd = Eventd::start_with(data, Some(cfg), tuning);
+        // How each drain resumed (shown with --nocapture).
+        for line in read(&eventd.log)
+            .lines()
+            .filter(|l| l.contains("resuming at"))
+        {
+            eprintln!("{}", line.split("] ").nth(1).unwrap_or(line));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = feeders
+        .into_iter()
+        .flat_map(|f| f.join().unwrap())
+        .collect();
+    (eventd, sent)
+}
+
+#[test]
+fn crash_sigkill_at_random_moments_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // More shards than rings so stripes of one ring land in different shards
+    // that commit independently: the case receipts alone cannot order.
+    let cfg = config(dir.path(), "StorageShards = 6\nMaxBatchSize = 300\n");
+    // Short stripes and small channels: at any kill, some shards hold
+    // uncommitted stripes between committed ones.
+    let tuning = ["--stripe-len", "3", "--channel-slots", "64"];
+    let (eventd, expected) = crash_loop(&data, &cfg, &tuning, 12, Duration::from_millis(5), false);
+    // Everything still in the rings is drained by the last daemon.
+    wait_for_events(&data, expected.len() as u64);
+    eventd.stop();
+    let (messages, lost) = check_store(&data);
+    // The rings (4 MiB each) never lapped, so nothing may be lost.
+    assert_eq!(lost, 0);
+    assert_exactly(&messages, expected);
+}
+
+#[test]
+fn crash_with_lapped_rings_stores_every_sequence_once_or_in_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // 64 KiB rings and fast producers: the rings lap while eventd is
+    // down (and while it catches up), so gaps meet committed runs.
+    let cfg = config(
+        dir.path(),
+        "StorageShards = 4\nMaxBatchSize = 200\nRingBytes = 65536\n",
+    );
+    let tuning = ["--stripe-len", "5", "--channel-slots", "64"];
+    let (eventd, sent) = crash_loop(&data, &cfg, &tuning, 10, Duration::from_millis(1), true);
+    // Let the last daemon catch up, then stop it.
+    let mut last = (u64::MAX, Instant::now());
+    while last.1.elapsed() < Duration::from_millis(1500) {
+        let n = count_events(&data);
+        if n != last.0 {
+            last = (n, Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eventd.stop();
+    let (messages, lost) = check_store(&data);
+    eprintln!(
+        "sent {}, stored {}, lost {lost}",
+        sent.len(),
+        messages.len()
+    );
+    let sent: std::collections::HashSet<String> = sent.into_iter().collect();
+    for (m, n) in &messages {
+        assert_eq!(*n, 1, "{m:?} stored {n} times");
+        assert!(sent.contains(m), "{m:?} was never sent");
+    }
+    // Every message sent is stored, counted in a gap, or was refused by its
+    // ring before it got a sequence number.
+    let refused: u64 = std::fs::read_dir(data.join("kmes"))
+        .unwrap()
+        .map(|e| {
+            eventd::rings::Ring::open(&e.unwrap().path(), None)
+                .unwrap()
+                .producer_refusals()
+        })
+        .sum();
+    assert!(messages.len() as u64 + lost + refused >= sent.len() as u64);
+    assert!(lost > 0, "64 KiB rings fed this fast were expected to lap");
+}
+
+fn file_digest(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn r12_restart_with_fewer_shards_leaves_the_others_untouched_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let four = config(dir.path(), "StorageShards = 4\n");
+    let eventd = Eventd::start(&data, Some(&four));
+    let mut expected = Vec::new();
+    let mut emitters: Vec<Emitter> = (0..2)
+        .map(|p| Emitter::spawn(&data, &format!("a{p}")))
+        .collect();
+    for i in 0..3000 {
+        for (p, e) in emitters.iter_mut().enumerate() {
+            let m = format!("a{p}-{i}");
+            e.send(&m);
+            expected.push(m);
+        }
+    }
+    emitters.into_iter().for_each(Emitter::finish);
+    wait_for_events(&data, expected.len() as u64);
+    eventd.stop();
+    let before: Vec<(PathBuf, Vec<u8>)> = (1..4)
+        .map(|j| {
+            let p = data.join(format!("store/shard-{j:03}.db"));
+            let d = file_digest(&p);
+            (p, d)
+        })
+        .collect();
+
+    let one_path = dir.path().join("one.toml");
+    std::fs::write(&one_path, "StorageShards = 1\n").unwrap();
+    let eventd = Eventd::start(&data, Some(&one_path));
+    let mut emitters: Vec<Emitter> = (0..2)
+        .map(|p| Emitter::spawn(&data, &format!("b{p}")))
+        .collect();
+    for i in 0..3000 {
+        for (p, e) in emitters.iter_mut().enumerate() {
+            let m = format!("b{p}-{i}");
+            e.send(&m);
+            expected.push(m);
+        }
+    }
+    emitters.into_iter().for_each(Emitter::finish);
+    wait_for_events(&data, expected.len() as u64);
+    eventd.stop();
+    for (path, digest) in before {
+        assert!(path.exists(), "{} was removed", path.display());
+        assert!(
+            file_digest(&path) == digest,
+            "{} was modified",
+            path.display()
+        );
+    }
+    // Recovery read the old shards' receipts: nothing stored twice.
+    let (messages, lost) = check_store(&data);
+    assert_eq!(lost, 0);
+    assert_exactly(&messages, expected);
+}
+
+#[test]
+fn r2_a_1024_descriptor_limit_refuses_256_shards_before_creating_any() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "StorageShards = 256\n");
+    let (mut cmd, log) = command(&data, Some(&cfg), &[]);
+    // SAFETY: setrlimit is async-signal-safe and touches only this child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut limit = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            limit.rlim_cur = 1024;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("LimitNOFILE"), "{log}");
+    assert!(log.contains("soft RLIMIT_NOFILE is 1024"), "{log}");
+    // 4·128·256 + 4·128 + 3·(256+3) + 2·C + 256 with C rings attached.
+    let rings = std::fs::read_dir(data.join("kmes")).unwrap().count() as u64;
+    let allowance = 4 * 128 * 256 + 4 * 128 + 3 * 259 + 2 * rings + 256;
+    assert!(
+        log.contains(&format!("about {allowance} file descriptors")),
+        "{log}"
+    );
+    let shard_files = std::fs::read_dir(data.join("store")).unwrap().count();
+    assert_eq!(shard_files, 0, "no shard database may be created");
+}
+
+#[test]
+fn bad_configuration_stops_start_up_naming_key_value_and_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (text, wants) in [
+        (
+            "StorageShards = 300\n",
+            vec!["StorageShards = 300", "1..=256"],
+        ),
+        (
+            "MaxBatchSize = 0\n",
+            vec!["MaxBatchSize = 0", "1..=1000000"],
+        ),
+        ("StorageShard = 2\n", vec!["StorageShard", "eventd.toml"]),
+    ] {
+        let cfg = config(dir.path(), text);
+        let (mut cmd, log) = command(&data, Some(&cfg), &[]);
+        let status = cmd.status().unwrap();
+        let log = read(&log);
+        assert_eq!(status.code(), Some(1), "{log}");
+        for w in wants {
+            assert!(log.contains(w), "{w:?} not in {log}");
+        }
+    }
+    assert!(
+        !data.exists(),
+        "nothing is created when the configuration is bad"
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let first = Eventd::start(&data, None);
+    let (mut cmd, log) = command(&data, None, &[]);
+    let status = cmd.status().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(log.contains("another eventd"), "{log}");
+    assert!(log.contains(&format!("pid {}", first.child.id())), "{log}");
+    first.stop();
+}
