@@ -9,6 +9,13 @@
 //! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
 //! - [`routing`]: shard count, descriptor planning, assignment and stripes
 //!   (the seed's rules R1–R5), pure functions.
+//! - [`store`]: shard schema, the shard writer (the only SQLite writer),
+//!   receipts and recovery.
+//! - [`config`]: the TOML configuration and the validated settings.
+//! - [`daemon`]: start-up order, drain threads, shutdown.
+//!
+//! `config`, `store` and `daemon` use std threads and locks directly and are
+//! left out of loom builds, which check only the lock-free core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -73,3 +73,13 @@ fn unknown_keys_and_wrong_types_name_the_key() {
     let e = resolve("MaxBatchSize = \"lots\"").unwrap_err().to_string();
     assert!(e.contains("MaxBatchSize"), "{e}");
 }
+
+#[test]
+fn the_shipped_sample_file_is_the_embedded_defaults() {
+    let text = include_str!("../../packaging/eventd.toml");
+    let s = ConfigFile::parse(text, Path::new("packaging/eventd.toml"))
+        .unwrap()
+        .resolve(Path::new("/data"))
+        .unwrap();
+    assert_eq!(s, Settings::defaults(Path::new("/data")));
+}

@@ -114,6 +114,12 @@ impl Daemon {
             })?;
         }
         let lock = DataDirLock::acquire(&settings.run_dir)?;
+        if settings.retention_max_age.is_some() || settings.retention_max_bytes.is_some() {
+            log::warn!(
+                "RetentionMaxAge / RetentionMaxBytes are set, but this eventd does not \
+                 enforce retention yet: nothing will be deleted"
+            );
+        }
 
         let attached = KmesDir::new(&settings.kmes_dir)
             .attach_all(&online_cpus(), settings.ring_bytes as usize)?;
