@@ -552,6 +552,17 @@ impl<H> Drop for SendPermit<'_, H> {
     }
 }
 
+/// Reads a channel's counters for monitoring.
+pub struct ChannelMonitor<H> {
+    chan: Arc<HandoffChannel<H>>,
+}
+
+impl<H> ChannelMonitor<H> {
+    pub fn stats(&self) -> ChannelStats {
+        self.chan.stats()
+    }
+}
+
 /// The receiving side, owned by the shard writer.
 pub struct Receiver<H> {
     chan: Arc<HandoffChannel<H>>,
@@ -622,6 +633,14 @@ impl<H: Copy + Send> Receiver<H> {
 
     pub fn stats(&self) -> ChannelStats {
         self.chan.stats()
+    }
+
+    /// A handle that reads the channel's counters without being a sender or
+    /// the receiver (it keeps neither side alive).
+    pub fn monitor(&self) -> ChannelMonitor<H> {
+        ChannelMonitor {
+            chan: self.chan.clone(),
+        }
     }
 
     #[inline(always)]

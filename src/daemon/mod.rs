@@ -17,11 +17,13 @@ pub mod signals;
 pub use drain::{DrainStats, DrainThread};
 pub use lock::DataDirLock;
 
-use crate::channel::{Capacity, HandoffChannel};
+use crate::channel::{Capacity, ChannelMonitor, HandoffChannel};
 use crate::config::Settings;
 use crate::rings::{online_cpus, KmesDir, Ring, RingError, RingReader};
 use crate::routing::{self, RoutingError, StripeRouter};
-use crate::store::{self, CommitTracker, ReceiptReader, ShardWriter, StoreError, WriterStats};
+use crate::store::{
+    self, CommitTracker, Handoff, ReceiptReader, ShardWriter, StoreError, WriterStats,
+};
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
@@ -80,6 +82,8 @@ pub struct DaemonState {
     pub rings: Vec<Arc<Ring>>,
     pub drains: Vec<Arc<DrainStats>>,
     pub writers: Vec<Arc<WriterStats>>,
+    /// Counters of each shard's channel.
+    pub channels: Vec<ChannelMonitor<Handoff>>,
     pub shard_paths: Vec<PathBuf>,
     /// Shards owned by each ring ordinal (R4).
     pub assignment: Vec<Vec<usize>>,
@@ -191,10 +195,12 @@ impl Daemon {
         let mut senders = Vec::with_capacity(shards);
         let mut writers = Vec::with_capacity(shards);
         let mut writer_stats = Vec::with_capacity(shards);
+        let mut channels = Vec::with_capacity(shards);
         for (j, conn) in connections.into_iter().enumerate() {
             let (tx, rx) = HandoffChannel::new(tunables.channel)
                 .map_err(|e| DaemonError::Threads(format!("channel: {e}")))?;
             senders.push(tx);
+            channels.push(rx.monitor());
             let stats = Arc::new(WriterStats::default());
             writer_stats.push(stats.clone());
             let writer = ShardWriter::new(
@@ -238,6 +244,7 @@ impl Daemon {
             rings: rings.iter().map(|r| r.ring.clone()).collect(),
             drains: drain_stats,
             writers: writer_stats,
+            channels,
             shard_paths,
             assignment,
             max_batch,

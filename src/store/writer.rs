@@ -17,6 +17,7 @@ use super::tracker::CommitTracker;
 use super::StoreError;
 use crate::channel::{Receiver, TryRecvError};
 use crate::rings::LossReason;
+use hdrhistogram::Histogram;
 use rusqlite::{params, Connection};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +35,30 @@ pub struct WriterStats {
     pub batch_max: AtomicU64,
     pub commit_errors: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    /// Emit-to-commit latency of every event (µs) and items per commit.
+    pub histograms: Mutex<WriterHistograms>,
+}
+
+/// Distributions a writer records once per commit.
+#[derive(Debug)]
+pub struct WriterHistograms {
+    /// From the event's timestamp to its commit returning, in µs.
+    pub latency_us: Histogram<u64>,
+    /// Items (events and gaps) per commit.
+    pub batch_items: Histogram<u64>,
+}
+
+impl Default for WriterHistograms {
+    fn default() -> Self {
+        // Bounds are constants within hdrhistogram's limits (low >= 1,
+        // high >= 2 * low, sigfig <= 5), so construction cannot fail.
+        WriterHistograms {
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid constant bounds"),
+            batch_items: Histogram::new_with_bounds(1, 10_000_000, 3)
+                .expect("valid constant bounds"),
+        }
+    }
 }
 
 /// Items copied out of the channel, waiting for the next commit.
@@ -95,6 +120,12 @@ pub struct ShardWriter {
     batch: Batch,
     runs: Vec<Run>,
 }
+
+/// The statement that stores one event (the load harness's ceiling runs the
+/// same one).
+pub const INSERT_EVENT: &str = "INSERT INTO events (ts, cpu, seq, ring_epoch, pid, tid, uid, \
+     level, provider, name, message, fields) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /// Commit attempts made at shutdown before giving a failing batch up (its
 /// events stay in the rings, uncommitted, and are drained at the next start).
@@ -192,11 +223,7 @@ impl ShardWriter {
         let tx = self.conn.transaction()?;
         let (mut events, mut lost) = (0u64, 0u64);
         {
-            let mut insert_event = tx.prepare_cached(
-                "INSERT INTO events (ts, cpu, seq, ring_epoch, pid, tid, uid, level, \
-                 provider, name, message, fields) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
+            let mut insert_event = tx.prepare_cached(INSERT_EVENT)?;
             let mut insert_gap = tx.prepare_cached(
                 "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, \
                  ts_before, detected_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -271,6 +298,7 @@ impl ShardWriter {
             }
         }
         tx.commit()?;
+        self.record_commit();
         for run in &self.runs {
             self.trackers[run.ring as usize].committed(run.first, run.last);
         }
@@ -281,6 +309,26 @@ impl ShardWriter {
         s.batch_max
             .fetch_max(self.batch.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl ShardWriter {
+    /// Records the emit-to-commit latency of the batch's events.
+    fn record_commit(&self) {
+        let done_ns = crate::rings::now_ns();
+        let mut h = self
+            .stats
+            .histograms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for item in &self.batch.headers {
+            if item.kind == Kind::Event {
+                // A producer clock ahead of ours counts as the minimum.
+                let us = done_ns.saturating_sub(item.ts_ns).max(0) as u64 / 1000;
+                h.latency_us.saturating_record(us.max(1));
+            }
+        }
+        h.batch_items.saturating_record(self.batch.len() as u64);
     }
 }
 

@@ -1,0 +1,100 @@
+//! The bare-SQLite ceiling: the same number of rows, of the same sizes,
+//! built before the clock starts and inserted in tight loops into the same
+//! number of fresh databases (same schema, same pragmas, same insert
+//! statement, same rows per transaction), one thread per database.
+//!
+//! eventd cannot beat this: it does the same SQLite work plus everything
+//! before it (producers, rings, drains, channels, receipts).
+
+use rand::{Rng, SeedableRng};
+use rusqlite::params;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+/// One pre-built events row.
+struct Row {
+    ts: i64,
+    seq: i64,
+    message: String,
+}
+
+/// Inserts `rows` rows spread over `shards` fresh databases in `dir`, with
+/// transactions of `batch` rows. Returns rows per second.
+pub fn run(
+    dir: &Path,
+    shards: usize,
+    rows: u64,
+    batch: u64,
+    sizes: crate::load::Sizes,
+) -> anyhow::Result<f64> {
+    let shards = shards.max(1);
+    let per_shard = rows.div_ceil(shards as u64);
+    let mut prepared = Vec::with_capacity(shards);
+    for j in 0..shards {
+        let conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(j as u64);
+        let text: String = (0..sizes.max.max(1))
+            .map(|_| rng.random_range(b'a'..=b'z') as char)
+            .collect();
+        let now = eventd::rings::now_ns();
+        let built: Vec<Row> = (0..per_shard)
+            .map(|i| {
+                let len = if sizes.min == sizes.max {
+                    sizes.max
+                } else {
+                    rng.random_range(sizes.min..=sizes.max)
+                };
+                Row {
+                    ts: now + i as i64,
+                    seq: i as i64 + 1,
+                    message: text[..len].to_string(),
+                }
+            })
+            .collect();
+        prepared.push((conn, built));
+    }
+    let barrier = Arc::new(Barrier::new(shards + 1));
+    let threads: Vec<_> = prepared
+        .into_iter()
+        .enumerate()
+        .map(|(j, (mut conn, built))| {
+            let barrier = barrier.clone();
+            std::thread::spawn(move || -> rusqlite::Result<()> {
+                barrier.wait();
+                for chunk in built.chunks(batch.max(1) as usize) {
+                    let tx = conn.transaction()?;
+                    {
+                        let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+                        for row in chunk {
+                            insert.execute(params![
+                                row.ts,
+                                j as i64,
+                                row.seq,
+                                1i64,
+                                std::process::id(),
+                                0u32,
+                                0u32,
+                                6u8,
+                                "perf",
+                                "load",
+                                row.message,
+                                None::<&str>,
+                            ])?;
+                        }
+                    }
+                    tx.commit()?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("a ceiling thread panicked"))??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    Ok((per_shard * shards as u64) as f64 / secs)
+}

@@ -1,0 +1,171 @@
+//! The load: one producer thread per attached ring, pinned to that ring's
+//! CPU, emitting into it.
+//!
+//! Two modes:
+//! - **flat out**: as fast as the pipeline drains. A producer emits without
+//!   pause while its ring's unread backlog is under half the ring, and naps
+//!   100 µs when it is above. This measures the pipeline's sustained rate with
+//!   no loss; a producer that ignored the backlog would only measure how fast
+//!   the ring overwrites itself.
+//! - **rate**: a fixed total rate, spread evenly over the producers, paced in
+//!   1 ms ticks (open loop: the producers never look at the backlog).
+
+use eventd::daemon::DrainStats;
+use eventd::rings::{EmitError, Event, Level, Ring};
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub enum Mode {
+    FlatOut,
+    /// Events per second, all producers together.
+    Rate(u64),
+}
+
+/// Message sizes: fixed when `min == max`, else uniform in `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Sizes {
+    pub min: usize,
+    pub max: usize,
+}
+
+/// What one producer did.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Events that got a sequence number (written, or lost to a lap while
+    /// being written: those show up in a gap).
+    pub sequenced: AtomicU64,
+    /// Refused before getting a sequence number (ring contended).
+    pub refused: AtomicU64,
+}
+
+pub struct Producer {
+    pub handle: std::thread::JoinHandle<()>,
+    pub counts: Arc<Counts>,
+}
+
+/// Starts one producer per ring until `stop` is set.
+pub fn start(
+    rings: &[Arc<Ring>],
+    drains: &[Arc<DrainStats>],
+    mode: Mode,
+    sizes: Sizes,
+    stop: Arc<AtomicBool>,
+) -> Vec<Producer> {
+    let per_producer = match mode {
+        Mode::FlatOut => None,
+        Mode::Rate(total) => Some(total.div_ceil(rings.len().max(1) as u64)),
+    };
+    rings
+        .iter()
+        .zip(drains)
+        .enumerate()
+        .map(|(i, (ring, drain))| {
+            let ring = ring.clone();
+            let drain = drain.clone();
+            let stop = stop.clone();
+            let counts = Arc::new(Counts::default());
+            let c = counts.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("load-{}", ring.cpu()))
+                .spawn(move || {
+                    pin_to(ring.cpu());
+                    produce(&ring, &drain, per_producer, sizes, &stop, &c, i as u64);
+                })
+                .expect("spawning a load thread");
+            Producer { handle, counts }
+        })
+        .collect()
+}
+
+fn pin_to(cpu: u32) {
+    // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET;
+    // sched_setaffinity(0, ..) applies to the calling thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        // Failing to pin (a restricted cpuset) only makes the load less even.
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn produce(
+    ring: &Ring,
+    drain: &DrainStats,
+    per_second: Option<u64>,
+    sizes: Sizes,
+    stop: &AtomicBool,
+    counts: &Counts,
+    seed: u64,
+) {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let text: String = (0..sizes.max.max(1))
+        .map(|_| rng.random_range(b'a'..=b'z') as char)
+        .collect();
+    let geometry = ring.geometry();
+    let record_bytes = {
+        let probe = event(&text[..sizes.max], 0);
+        probe.record_words(geometry).map_or(256, |w| w as u64 * 8)
+    };
+    let ring_events =
+        (geometry.data_words() as u64 * 8 * geometry.page_count as u64) / record_bytes;
+    let high_water = (ring_events / 2).max(1);
+    let (mut sequenced, mut refused) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut tick = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let burst = match per_second {
+            None => {
+                let drained =
+                    drain.events.load(Ordering::Relaxed) + drain.lost.load(Ordering::Relaxed);
+                if sequenced.saturating_sub(drained) > high_water {
+                    std::thread::sleep(Duration::from_micros(100));
+                    continue;
+                }
+                256
+            }
+            Some(rate) => {
+                // Events due by the end of this 1 ms tick.
+                tick += 1;
+                let due = rate * tick / 1000;
+                let next = start + Duration::from_millis(tick);
+                if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                due.saturating_sub(sequenced + refused)
+            }
+        };
+        for _ in 0..burst {
+            let len = if sizes.min == sizes.max {
+                sizes.max
+            } else {
+                rng.random_range(sizes.min..=sizes.max)
+            };
+            match ring.emit(&event(&text[..len], eventd::rings::now_ns())) {
+                Ok(()) | Err(EmitError::Overwritten) => sequenced += 1,
+                Err(EmitError::Busy) => refused += 1,
+                Err(EmitError::Encode(e)) => panic!("the load's events must fit the ring: {e}"),
+            }
+        }
+        counts.sequenced.store(sequenced, Ordering::Relaxed);
+        counts.refused.store(refused, Ordering::Relaxed);
+    }
+    counts.sequenced.store(sequenced, Ordering::Relaxed);
+    counts.refused.store(refused, Ordering::Relaxed);
+}
+
+fn event(message: &str, ts_ns: i64) -> Event<'_> {
+    Event {
+        ts_ns,
+        pid: std::process::id(),
+        tid: 0,
+        uid: 0,
+        level: Level::Info,
+        provider: "perf",
+        name: "load",
+        message,
+        fields: "",
+    }
+}

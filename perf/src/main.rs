@@ -1,0 +1,281 @@
+//! `eventd-perf`: the load harness. Runs eventd's real pipeline in-process
+//! under a generated load and, in the same run, the bare-SQLite ceiling with
+//! the same rows; prints a table and a machine-readable last line and writes
+//! a JSON report and an SVG chart.
+//!
+//! ```text
+//! cargo run --release -p eventd-perf -- quick
+//! cargo run --release -p eventd-perf -- baseline      # 30 s flat out, then half rate
+//! cargo run --release -p eventd-perf -- shards|batch|stripe|channel|all
+//! ```
+
+mod ceiling;
+mod load;
+mod pipeline;
+mod report;
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+use load::{Mode, Sizes};
+use pipeline::{Knobs, Outcome};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(about = "Load harness: eventd end to end beside the bare-SQLite ceiling")]
+struct Args {
+    scenario: Scenario,
+    /// Seconds of load per point (default: quick 3, baseline 30, sweeps 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Message bytes per event: N, or MIN-MAX for a uniform distribution.
+    #[arg(long, default_value = "64-256")]
+    event_bytes: String,
+    /// A fixed total rate in events/s instead of flat out.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Where the JSON report and the SVG chart go.
+    #[arg(long, default_value = "perf/results")]
+    results: PathBuf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Defaults, 3 s flat out, with the ceiling (under a minute; used by tests).
+    Quick,
+    /// Defaults, flat out, then at half the measured rate for latency.
+    Baseline,
+    /// StorageShards: 1, #CPUs, 2×#CPUs, 16, 256.
+    Shards,
+    /// MaxBatchSize sweep.
+    Batch,
+    /// Stripe length L sweep (with 2 shards per ring).
+    Stripe,
+    /// Channel slots and bytes sweep.
+    Channel,
+    /// Baseline and every sweep.
+    All,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Quick => "quick",
+            Scenario::Baseline => "baseline",
+            Scenario::Shards => "shards",
+            Scenario::Batch => "batch",
+            Scenario::Stripe => "stripe",
+            Scenario::Channel => "channel",
+            Scenario::All => "all",
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let sizes = parse_sizes(&args.event_bytes)?;
+    std::fs::create_dir_all(&args.results)
+        .with_context(|| format!("creating {}", args.results.display()))?;
+    let work = args.results.join("work");
+    std::fs::create_dir_all(&work)?;
+    let scenarios: Vec<Scenario> = match args.scenario {
+        Scenario::All => vec![
+            Scenario::Baseline,
+            Scenario::Shards,
+            Scenario::Batch,
+            Scenario::Stripe,
+            Scenario::Channel,
+        ],
+        s => vec![s],
+    };
+    let mut last = None;
+    for scenario in scenarios {
+        last = Some(run_scenario(scenario, &args, sizes, &work)?);
+    }
+    if let Some(line) = last {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+fn parse_sizes(text: &str) -> anyhow::Result<Sizes> {
+    let parse = |s: &str| -> anyhow::Result<usize> {
+        s.trim()
+            .parse()
+            .with_context(|| format!("--event-bytes: {s:?} is not a number"))
+    };
+    let sizes = match text.split_once('-') {
+        Some((a, b)) => Sizes {
+            min: parse(a)?,
+            max: parse(b)?,
+        },
+        None => {
+            let n = parse(text)?;
+            Sizes { min: n, max: n }
+        }
+    };
+    if sizes.min > sizes.max || sizes.max > 8192 {
+        bail!("--event-bytes {text}: need MIN <= MAX <= 8192");
+    }
+    Ok(sizes)
+}
+
+/// Runs one scenario's points; prints the table; writes JSON and SVG;
+/// returns the machine-readable summary line.
+fn run_scenario(
+    scenario: Scenario,
+    args: &Args,
+    sizes: Sizes,
+    work: &Path,
+) -> anyhow::Result<String> {
+    let cpus = eventd::rings::online_cpus().len() as i64;
+    let default_secs = match scenario {
+        Scenario::Quick => 3.0,
+        Scenario::Baseline => 30.0,
+        _ => 10.0,
+    };
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(default_secs));
+    let mode = args.rate.map_or(Mode::FlatOut, Mode::Rate);
+    let d = Knobs::defaults();
+    let points: Vec<(String, Knobs)> = match scenario {
+        Scenario::Quick | Scenario::Baseline => vec![("defaults".into(), d)],
+        Scenario::Shards => {
+            let mut counts = vec![1, cpus, 2 * cpus, 16, 256];
+            counts.sort_unstable();
+            counts.dedup();
+            counts
+                .into_iter()
+                .map(|s| {
+                    (
+                        format!("S={s}"),
+                        Knobs {
+                            storage_shards: s,
+                            ..d
+                        },
+                    )
+                })
+                .collect()
+        }
+        Scenario::Batch => [64, 256, 1024, 4096, 16384]
+            .into_iter()
+            .map(|b| (format!("batch={b}"), Knobs { max_batch: b, ..d }))
+            .collect(),
+        Scenario::Stripe => [1, 16, 64, 256, 1024, 4096]
+            .into_iter()
+            .map(|l| {
+                (
+                    format!("L={l}"),
+                    Knobs {
+                        stripe_len: l,
+                        storage_shards: 2 * cpus,
+                        ..d
+                    },
+                )
+            })
+            .collect(),
+        Scenario::Channel => [
+            (64, 64 << 10),
+            (256, 256 << 10),
+            (1024, 64 << 10),
+            (1024, 1 << 20),
+            (1024, 16 << 20),
+            (4096, 4 << 20),
+        ]
+        .into_iter()
+        .map(|(slots, bytes)| {
+            (
+                format!("{slots}/{}K", bytes >> 10),
+                Knobs {
+                    channel_slots: slots,
+                    channel_bytes: bytes,
+                    ..d
+                },
+            )
+        })
+        .collect(),
+        Scenario::All => unreachable!("expanded by main"),
+    };
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for (label, knobs) in &points {
+        let point = pipeline::Point {
+            label,
+            knobs: *knobs,
+            mode,
+            sizes,
+            duration,
+            with_ceiling: true,
+        };
+        let o = pipeline::run(work, &point, &progress)?;
+        progress.println(format!(
+            "{label}: {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
+            o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost, o.latency_us_p99
+        ));
+        outcomes.push(o);
+    }
+    let mut extra_line = None;
+    if scenario == Scenario::Baseline && mode == Mode::FlatOut {
+        // Latency at half the flat-out rate.
+        let half = (outcomes[0].events_per_s / 2.0) as u64;
+        let point = pipeline::Point {
+            label: "half-rate",
+            knobs: d,
+            mode: Mode::Rate(half.max(1)),
+            sizes,
+            duration,
+            with_ceiling: false,
+        };
+        let o = pipeline::run(work, &point, &progress)?;
+        progress.println(format!(
+            "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
+            o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
+        ));
+        extra_line = Some(format!(
+            "half_rate_events_per_s={half} half_rate_p99_us={} half_rate_lost={}",
+            o.latency_us_p99, o.lost
+        ));
+        outcomes.push(o);
+    }
+    progress.finish_and_clear();
+    let headline = outcomes
+        .iter()
+        .find(|o| o.knobs == d && o.mode == mode)
+        .or_else(|| {
+            outcomes
+                .iter()
+                .max_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling))
+        })
+        .context("no point was measured")?;
+    let name = scenario.name();
+    let machine = report::Machine::describe();
+    println!(
+        "\n## {name} ({} CPUs, {}; load {:.0} s per point, message {}-{} bytes, {})\n",
+        machine.cpus,
+        machine.model,
+        duration.as_secs_f64(),
+        sizes.min,
+        sizes.max,
+        match mode {
+            Mode::FlatOut => "flat out".to_string(),
+            Mode::Rate(r) => format!("{r} events/s"),
+        }
+    );
+    print!("{}", report::table(&outcomes));
+    let json = args.results.join(format!("{name}.json"));
+    let report = report::Report {
+        scenario: name,
+        machine,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        points: &outcomes,
+        headline,
+    };
+    report::write_json(&json, &report)?;
+    let svg = args.results.join(format!("{name}.svg"));
+    report::write_svg(&svg, name, &outcomes)?;
+    println!("\nreport: {}  chart: {}", json.display(), svg.display());
+    if let Some(line) = extra_line {
+        println!("{line}");
+    }
+    Ok(report::summary_line(headline))
+}
