@@ -53,7 +53,8 @@ impl Eventd {
         let pid_file = data.join("run/eventd.pid");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if std::fs::read_to_string(&pid_file).is_ok_and(|s| s.trim() == child.id().to_string())
+            if std::fs::read_to_string(&pid_file)
+                .is_ok_and(|s| s.split_whitespace().next() == Some(&child.id().to_string()))
             {
                 return Eventd { child, log };
             }
@@ -363,11 +364,17 @@ fn end_to_end_every_event_from_several_processes_stored_exactly_once() {
     wait_for_events(&data, expected.len() as u64);
     eventd.stop();
     // A clean stop checkpoints and removes the WAL of every shard.
-    let files: Vec<String> = std::fs::read_dir(data.join("store"))
+    let mut files: Vec<String> = std::fs::read_dir(data.join("store"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(files.len(), 4, "{files:?}");
+    files.sort();
+    let want: Vec<String> = [".eventd.lock"]
+        .into_iter()
+        .map(String::from)
+        .chain((0..4).map(|j| format!("shard-{j:03}.db")))
+        .collect();
+    assert_eq!(files, want);
     let (messages, lost) = check_store(&data);
     assert_eq!(lost, 0);
     assert_exactly(&messages, expected);
@@ -503,14 +510,29 @@ fn crash_with_lapped_rings_stores_every_sequence_once_or_in_a_gap() {
     // ring before it got a sequence number.
     let refused: u64 = std::fs::read_dir(data.join("kmes"))
         .unwrap()
-        .map(|e| {
-            eventd::rings::Ring::open(&e.unwrap().path(), None)
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ring"))
+        .map(|p| {
+            eventd::rings::Ring::open(&p, None)
                 .unwrap()
                 .producer_refusals()
         })
         .sum();
     assert!(messages.len() as u64 + lost + refused >= sent.len() as u64);
     assert!(lost > 0, "64 KiB rings fed this fast were expected to lap");
+}
+
+fn count_ext(dir: &Path, ext: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == ext)
+        })
+        .count()
 }
 
 fn file_digest(path: &Path) -> Vec<u8> {
@@ -604,13 +626,13 @@ fn r2_a_1024_descriptor_limit_refuses_256_shards_before_creating_any() {
     assert!(log.contains("LimitNOFILE"), "{log}");
     assert!(log.contains("soft RLIMIT_NOFILE is 1024"), "{log}");
     // 4·128·256 + 4·128 + 3·(256+3) + 2·C + 256 with C rings attached.
-    let rings = std::fs::read_dir(data.join("kmes")).unwrap().count() as u64;
+    let rings = count_ext(&data.join("kmes"), "ring") as u64;
     let allowance = 4 * 128 * 256 + 4 * 128 + 3 * 259 + 2 * rings + 256;
     assert!(
         log.contains(&format!("about {allowance} file descriptors")),
         "{log}"
     );
-    let shard_files = std::fs::read_dir(data.join("store")).unwrap().count();
+    let shard_files = count_ext(&data.join("store"), "db");
     assert_eq!(shard_files, 0, "no shard database may be created");
 }
 
@@ -655,5 +677,75 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(log.contains("another eventd"), "{log}");
     assert!(log.contains(&format!("pid {}", first.child.id())), "{log}");
+    first.stop();
+}
+
+#[test]
+fn an_unreadable_database_in_the_store_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("store")).unwrap();
+    // Another tool's SQLite file without receipts is simply not ours...
+    Connection::open(data.join("store/notes.db"))
+        .unwrap()
+        .execute_batch("CREATE TABLE notes (x)")
+        .unwrap();
+    // ...but a damaged one may hold receipts: starting without them would
+    // store its events again.
+    std::fs::write(data.join("store/shard-009.db"), b"garbage ".repeat(1000)).unwrap();
+    let (mut cmd, log) = command(&data, None, &[]);
+    let status = cmd.status().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("shard-009.db") && log.contains("receipts"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read(data.join("store/shard-009.db")).unwrap(),
+        b"garbage ".repeat(1000)
+    );
+    std::fs::remove_file(data.join("store/shard-009.db")).unwrap();
+    Eventd::start(&data, None).stop();
+}
+
+#[test]
+fn no_attachable_ring_is_a_clear_refusal_before_any_shard_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("kmes")).unwrap();
+    for cpu in eventd::rings::online_cpus() {
+        std::fs::write(data.join(format!("kmes/cpu-{cpu:03}.ring")), b"not a ring").unwrap();
+    }
+    let cfg = config(dir.path(), "StorageShards = 4\n");
+    let (mut cmd, log) = command(&data, Some(&cfg), &[]);
+    let status = cmd.status().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("cpu-000.ring"),
+        "each failed ring is named: {log}"
+    );
+    assert!(log.contains("no KMES ring could be attached"), "{log}");
+    assert_eq!(count_ext(&data.join("store"), "db"), 0);
+}
+
+#[test]
+fn r8_two_daemons_cannot_share_a_store_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("shared-store");
+    let cfg = config(
+        dir.path(),
+        &format!("StoreDir = {:?}\n", store.display().to_string()),
+    );
+    let first = Eventd::start(&dir.path().join("a"), Some(&cfg));
+    let (mut cmd, log) = command(&dir.path().join("b"), Some(&cfg), &[]);
+    let status = cmd.status().unwrap();
+    let log = read(&log);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("another eventd") && log.contains("shared-store"),
+        "{log}"
+    );
     first.stop();
 }

@@ -12,11 +12,12 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-/// One pre-built events row.
+/// One pre-built events row; its message is the first `len` bytes of the
+/// thread's text.
 struct Row {
     ts: i64,
     seq: i64,
-    message: String,
+    len: usize,
 }
 
 /// Inserts `rows` rows spread over `shards` fresh databases in `dir`, with
@@ -28,11 +29,27 @@ pub fn run(
     batch: u64,
     sizes: crate::load::Sizes,
 ) -> anyhow::Result<f64> {
+    run_with(dir, shards, rows, batch, sizes, &[])
+}
+
+/// Like [`run`], with SQL run on each database after eventd's own set-up
+/// (other pragmas, a dropped index): how eventd's choices were measured.
+pub fn run_with(
+    dir: &Path,
+    shards: usize,
+    rows: u64,
+    batch: u64,
+    sizes: crate::load::Sizes,
+    adjust: &[&str],
+) -> anyhow::Result<f64> {
     let shards = shards.max(1);
     let per_shard = rows.div_ceil(shards as u64);
     let mut prepared = Vec::with_capacity(shards);
     for j in 0..shards {
         let conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;
+        for sql in adjust {
+            conn.execute_batch(sql)?;
+        }
         let mut rng = rand::rngs::SmallRng::seed_from_u64(j as u64);
         let text: String = (0..sizes.max.max(1))
             .map(|_| rng.random_range(b'a'..=b'z') as char)
@@ -48,17 +65,17 @@ pub fn run(
                 Row {
                     ts: now + i as i64,
                     seq: i as i64 + 1,
-                    message: text[..len].to_string(),
+                    len,
                 }
             })
             .collect();
-        prepared.push((conn, built));
+        prepared.push((conn, built, text));
     }
     let barrier = Arc::new(Barrier::new(shards + 1));
     let threads: Vec<_> = prepared
         .into_iter()
         .enumerate()
-        .map(|(j, (mut conn, built))| {
+        .map(|(j, (mut conn, built, text))| {
             let barrier = barrier.clone();
             std::thread::spawn(move || -> rusqlite::Result<()> {
                 barrier.wait();
@@ -78,7 +95,7 @@ pub fn run(
                                 6u8,
                                 "perf",
                                 "load",
-                                row.message,
+                                &text[..row.len],
                                 None::<&str>,
                             ])?;
                         }

@@ -3,14 +3,14 @@
 //!
 //! Two modes:
 //! - **flat out**: as fast as the pipeline drains. A producer emits without
-//!   pause while its ring's unread backlog is under half the ring, and naps
-//!   100 µs when it is above. This measures the pipeline's sustained rate with
+//!   pause while its ring's unread backlog (`Ring::backlog_pages`, published
+//!   by the drain at each page) is under half the ring, and naps 100 µs when
+//!   it is above. This measures the pipeline's sustained rate with
 //!   no loss; a producer that ignored the backlog would only measure how fast
 //!   the ring overwrites itself.
 //! - **rate**: a fixed total rate, spread evenly over the producers, paced in
 //!   1 ms ticks (open loop: the producers never look at the backlog).
 
-use eventd::daemon::DrainStats;
 use eventd::rings::{EmitError, Event, Level, Ring};
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,25 +46,19 @@ pub struct Producer {
     pub counts: Arc<Counts>,
 }
 
-/// Starts one producer per ring until `stop` is set.
+/// Starts one producer thread per ring until `stop` is set.
 pub fn start(
     rings: &[Arc<Ring>],
-    drains: &[Arc<DrainStats>],
     mode: Mode,
     sizes: Sizes,
     stop: Arc<AtomicBool>,
 ) -> Vec<Producer> {
-    let per_producer = match mode {
-        Mode::FlatOut => None,
-        Mode::Rate(total) => Some(total.div_ceil(rings.len().max(1) as u64)),
-    };
+    let per_producer = per_producer(mode, rings.len());
     rings
         .iter()
-        .zip(drains)
         .enumerate()
-        .map(|(i, (ring, drain))| {
+        .map(|(i, ring)| {
             let ring = ring.clone();
-            let drain = drain.clone();
             let stop = stop.clone();
             let counts = Arc::new(Counts::default());
             let c = counts.clone();
@@ -72,7 +66,7 @@ pub fn start(
                 .name(format!("load-{}", ring.cpu()))
                 .spawn(move || {
                     pin_to(ring.cpu());
-                    produce(&ring, &drain, per_producer, sizes, &stop, &c, i as u64);
+                    produce(&ring, per_producer, sizes, &stop, &c, i as u64);
                 })
                 .expect("spawning a load thread");
             Producer { handle, counts }
@@ -80,7 +74,15 @@ pub fn start(
         .collect()
 }
 
-fn pin_to(cpu: u32) {
+/// Each producer's share of a fixed rate; `None` for flat out.
+pub fn per_producer(mode: Mode, producers: usize) -> Option<u64> {
+    match mode {
+        Mode::FlatOut => None,
+        Mode::Rate(total) => Some(total.div_ceil(producers.max(1) as u64)),
+    }
+}
+
+pub fn pin_to(cpu: u32) {
     // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET;
     // sched_setaffinity(0, ..) applies to the calling thread only.
     unsafe {
@@ -91,9 +93,9 @@ fn pin_to(cpu: u32) {
     }
 }
 
-fn produce(
+/// Emits into `ring` until `stop` is set, keeping `counts` current.
+pub fn produce(
     ring: &Ring,
-    drain: &DrainStats,
     per_second: Option<u64>,
     sizes: Sizes,
     stop: &AtomicBool,
@@ -104,23 +106,14 @@ fn produce(
     let text: String = (0..sizes.max.max(1))
         .map(|_| rng.random_range(b'a'..=b'z') as char)
         .collect();
-    let geometry = ring.geometry();
-    let record_bytes = {
-        let probe = event(&text[..sizes.max], 0);
-        probe.record_words(geometry).map_or(256, |w| w as u64 * 8)
-    };
-    let ring_events =
-        (geometry.data_words() as u64 * 8 * geometry.page_count as u64) / record_bytes;
-    let high_water = (ring_events / 2).max(1);
+    let high_water = (ring.geometry().page_count as u64 / 2).max(1);
     let (mut sequenced, mut refused) = (0u64, 0u64);
     let start = Instant::now();
     let mut tick = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let burst = match per_second {
             None => {
-                let drained =
-                    drain.events.load(Ordering::Relaxed) + drain.lost.load(Ordering::Relaxed);
-                if sequenced.saturating_sub(drained) > high_water {
+                if ring.backlog_pages() >= high_water {
                     std::thread::sleep(Duration::from_micros(100));
                     continue;
                 }

@@ -13,6 +13,7 @@ mod ceiling;
 mod load;
 mod pipeline;
 mod report;
+mod system;
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
@@ -24,7 +25,21 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(about = "Load harness: eventd end to end beside the bare-SQLite ceiling")]
 struct Args {
-    scenario: Scenario,
+    #[arg(required_unless_present = "produce_ring")]
+    scenario: Option<Scenario>,
+    /// The system under test: the pipeline in this process, or the eventd
+    /// binary as a child process.
+    #[arg(long, value_enum, default_value = "in-process")]
+    system: system::SystemKind,
+    /// The eventd binary for `--system binary` (default: next to this program).
+    #[arg(long)]
+    eventd: Option<PathBuf>,
+    /// Producers as threads of this process or as one process per ring.
+    #[arg(long, value_enum, default_value = "threads")]
+    producers: system::ProducerKind,
+    /// Internal: run as a producer process emitting into this ring file.
+    #[arg(long, hide = true)]
+    produce_ring: Option<PathBuf>,
     /// Seconds of load per point (default: quick 3, baseline 30, sweeps 10).
     #[arg(long)]
     duration: Option<f64>,
@@ -53,6 +68,8 @@ enum Scenario {
     Stripe,
     /// Channel slots and bytes sweep.
     Channel,
+    /// SQLite settings measured on the bare ceiling (no pipeline).
+    Pragmas,
     /// Baseline and every sweep.
     All,
 }
@@ -66,6 +83,7 @@ impl Scenario {
             Scenario::Batch => "batch",
             Scenario::Stripe => "stripe",
             Scenario::Channel => "channel",
+            Scenario::Pragmas => "pragmas",
             Scenario::All => "all",
         }
     }
@@ -74,23 +92,45 @@ impl Scenario {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let sizes = parse_sizes(&args.event_bytes)?;
+    if let Some(ring) = &args.produce_ring {
+        return system::producer_process(ring, args.rate, sizes);
+    }
+    let Some(scenario) = args.scenario else {
+        bail!("a scenario is required");
+    };
+    let setup = pipeline::Setup {
+        system: args.system.clone(),
+        eventd: match &args.eventd {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()?
+                .parent()
+                .context("locating eventd next to this program")?
+                .join("eventd"),
+        },
+        producers: args.producers,
+    };
     std::fs::create_dir_all(&args.results)
         .with_context(|| format!("creating {}", args.results.display()))?;
     let work = args.results.join("work");
     std::fs::create_dir_all(&work)?;
-    let scenarios: Vec<Scenario> = match args.scenario {
+    let scenarios: Vec<Scenario> = match scenario {
         Scenario::All => vec![
             Scenario::Baseline,
             Scenario::Shards,
             Scenario::Batch,
             Scenario::Stripe,
             Scenario::Channel,
+            Scenario::Pragmas,
         ],
         s => vec![s],
     };
     let mut last = None;
     for scenario in scenarios {
-        last = Some(run_scenario(scenario, &args, sizes, &work)?);
+        if scenario == Scenario::Pragmas {
+            run_pragmas(&args, sizes, &work)?;
+            continue;
+        }
+        last = Some(run_scenario(scenario, &args, &setup, sizes, &work)?);
     }
     if let Some(line) = last {
         println!("{line}");
@@ -125,6 +165,7 @@ fn parse_sizes(text: &str) -> anyhow::Result<Sizes> {
 fn run_scenario(
     scenario: Scenario,
     args: &Args,
+    setup: &pipeline::Setup,
     sizes: Sizes,
     work: &Path,
 ) -> anyhow::Result<String> {
@@ -193,7 +234,7 @@ fn run_scenario(
             )
         })
         .collect(),
-        Scenario::All => unreachable!("expanded by main"),
+        Scenario::All | Scenario::Pragmas => unreachable!("handled by main"),
     };
     let progress = indicatif::ProgressBar::new_spinner();
     progress.enable_steady_tick(Duration::from_millis(200));
@@ -207,7 +248,7 @@ fn run_scenario(
             duration,
             with_ceiling: true,
         };
-        let o = pipeline::run(work, &point, &progress)?;
+        let o = pipeline::run(work, setup, &point, &progress)?;
         progress.println(format!(
             "{label}: {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
             o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost, o.latency_us_p99
@@ -226,7 +267,7 @@ fn run_scenario(
             duration,
             with_ceiling: false,
         };
-        let o = pipeline::run(work, &point, &progress)?;
+        let o = pipeline::run(work, setup, &point, &progress)?;
         progress.println(format!(
             "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
             o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
@@ -278,4 +319,58 @@ fn run_scenario(
         println!("{line}");
     }
     Ok(report::summary_line(headline))
+}
+
+/// The SQLite settings eventd ships with, against alternatives, measured as
+/// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
+/// transaction, best of three runs each).
+fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
+    let variants: [(&str, &[&str]); 7] = [
+        (
+            "shipped (WAL, synchronous=NORMAL, 16 MiB cache, checkpoint 4096)",
+            &[],
+        ),
+        ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
+        ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
+        (
+            "wal_autocheckpoint=1000 (SQLite default)",
+            &["PRAGMA wal_autocheckpoint = 1000"],
+        ),
+        (
+            "wal_autocheckpoint=16384",
+            &["PRAGMA wal_autocheckpoint = 16384"],
+        ),
+        (
+            "cache_size=2 MiB (SQLite default)",
+            &["PRAGMA cache_size = -2000"],
+        ),
+        ("without the events_ts index", &["DROP INDEX events_ts"]),
+    ];
+    let shards = eventd::rings::online_cpus().len();
+    let rows = 1_000_000;
+    let mut table = String::from("| variant | rows/s | vs shipped |\n|---|---|---|\n");
+    let mut results = Vec::new();
+    let mut shipped = f64::NAN;
+    for (name, adjust) in variants {
+        let mut best = 0f64;
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("pragmas-")
+                .tempdir_in(work)?;
+            let rate = ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)?;
+            best = best.max(rate);
+        }
+        if shipped.is_nan() {
+            shipped = best;
+        }
+        eprintln!("{name}: {best:.0} rows/s");
+        table.push_str(&format!("| {name} | {best:.0} | {:.2} |\n", best / shipped));
+        results.push(serde_json::json!({ "variant": name, "rows_per_s": best }));
+    }
+    println!("\n## pragmas ({shards} databases, {rows} rows, 4096 per transaction)\n");
+    print!("{table}");
+    let json = args.results.join("pragmas.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+    println!("\nreport: {}", json.display());
+    Ok(())
 }

@@ -1,16 +1,14 @@
 //! One measured point: the real daemon in-process (rings → drains → channels
 //! → writers → SQLite) under the load, then the ceiling with the same rows.
 
-use crate::load::{self, Mode, Sizes};
+use crate::load::{Mode, Sizes};
+use crate::system::{ProducerKind, Producers, Running, SystemKind};
 use eventd::channel::Capacity;
 use eventd::config::{ConfigFile, Settings};
-use eventd::daemon::{Daemon, Tunables};
-use hdrhistogram::Histogram;
+use eventd::daemon::Tunables;
 use serde::Serialize;
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The settings of one point.
@@ -67,13 +65,24 @@ pub struct Outcome {
     pub latency_us_p99: u64,
     pub latency_us_p999: u64,
     pub latency_us_max: u64,
-    pub channel_full_stalls: u64,
+    /// `None` for the binary (not exposed outside the process).
+    pub channel_full_stalls: Option<u64>,
     pub commits: u64,
     pub batch_items_mean: f64,
     pub batch_items_p50: u64,
     pub batch_items_max: u64,
     pub peak_rss_mib: f64,
     pub descriptors: usize,
+    pub system: SystemKind,
+    pub producers: ProducerKind,
+}
+
+/// How the system and the producers run (the same for every point).
+pub struct Setup {
+    pub system: SystemKind,
+    /// The `eventd` binary, for `SystemKind::Binary`.
+    pub eventd: std::path::PathBuf,
+    pub producers: ProducerKind,
 }
 
 /// What to measure at one point.
@@ -90,6 +99,7 @@ pub struct Point<'a> {
 /// Runs one point in a fresh directory under `work`.
 pub fn run(
     work: &Path,
+    setup: &Setup,
     point: &Point<'_>,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<Outcome> {
@@ -117,22 +127,13 @@ pub fn run(
         },
     };
     reset_peak_rss();
-    let daemon = Daemon::start(&settings, tunables)?;
-    let state = daemon.state.clone();
-    let stop = Arc::new(AtomicBool::new(false));
+    let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
+    let rings = running.rings()?;
     let start = Instant::now();
-    let producers = load::start(&state.rings, &state.drains, mode, sizes, stop.clone());
-    let stored_now = || -> (u64, u64) {
-        state.writers.iter().fold((0, 0), |(e, l), w| {
-            (
-                e + w.events.load(Ordering::Relaxed),
-                l + w.lost.load(Ordering::Relaxed),
-            )
-        })
-    };
+    let producers = Producers::start(setup.producers, &rings, mode, sizes)?;
     while start.elapsed() < duration {
-        std::thread::sleep(Duration::from_millis(200));
-        let (stored, _) = stored_now();
+        std::thread::sleep(Duration::from_millis(250));
+        let (stored, _) = running.progress()?;
         let secs = start.elapsed().as_secs_f64();
         progress.set_message(format!(
             "{label}: {secs:.0}/{:.0} s, {:.0} events/s stored",
@@ -140,47 +141,26 @@ pub fn run(
             stored as f64 / secs
         ));
     }
-    stop.store(true, Ordering::Relaxed);
-    let (mut emitted, mut refused) = (0, 0);
-    for p in producers {
-        p.handle
-            .join()
-            .map_err(|_| anyhow::anyhow!("a load thread panicked"))?;
-        emitted += p.counts.sequenced.load(Ordering::Relaxed);
-        refused += p.counts.refused.load(Ordering::Relaxed);
-    }
+    let (emitted, refused) = producers.stop()?;
     let load_secs = start.elapsed().as_secs_f64();
     // Wait until every sequenced event is stored or counted lost.
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let (stored, lost) = stored_now();
+    let (stored, lost) = loop {
+        let (stored, lost) = running.progress()?;
         if stored + lost >= emitted {
-            break;
+            break (stored, lost);
         }
         anyhow::ensure!(
             Instant::now() < deadline,
             "{label}: only {stored} stored + {lost} lost of {emitted} emitted after 120 s"
         );
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
     let drained_secs = start.elapsed().as_secs_f64();
-    let descriptors = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
-    let peak_rss_mib = peak_rss_mib();
-    let (stored, lost) = stored_now();
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    let mut batches = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
-    let mut commits = 0;
-    for w in &state.writers {
-        let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
-        latency.add(&h.latency_us)?;
-        batches.add(&h.batch_items)?;
-        commits += w.commits.load(Ordering::Relaxed);
-    }
-    let channel_full_stalls = state.channels.iter().map(|c| c.stats().full_stalls).sum();
-    let shards = state.shard_paths.len();
-    let rings = state.rings.len();
-    drop(state);
-    daemon.join()?;
+    drop(rings);
+    let rings = ring_count(&running)?;
+    let finished = running.finish()?;
+    let shards = finished.shards;
     let (rows_in_files, lost_by_reason) = count_files(&settings.store_dir)?;
 
     let events_per_s = stored as f64 / drained_secs;
@@ -214,17 +194,19 @@ pub fn run(
         events_per_s,
         ceiling_per_s,
         ratio_to_ceiling: events_per_s / ceiling_per_s,
-        latency_us_p50: latency.value_at_quantile(0.5),
-        latency_us_p99: latency.value_at_quantile(0.99),
-        latency_us_p999: latency.value_at_quantile(0.999),
-        latency_us_max: latency.max(),
-        channel_full_stalls,
-        commits,
-        batch_items_mean: batches.mean(),
-        batch_items_p50: batches.value_at_quantile(0.5),
-        batch_items_max: batches.max(),
-        peak_rss_mib,
-        descriptors,
+        latency_us_p50: finished.latency_us.value_at_quantile(0.5),
+        latency_us_p99: finished.latency_us.value_at_quantile(0.99),
+        latency_us_p999: finished.latency_us.value_at_quantile(0.999),
+        latency_us_max: finished.latency_us.max(),
+        channel_full_stalls: finished.channel_full_stalls,
+        commits: finished.commits,
+        batch_items_mean: finished.batch_items.mean(),
+        batch_items_p50: finished.batch_items.value_at_quantile(0.5),
+        batch_items_max: finished.batch_items.max(),
+        peak_rss_mib: finished.peak_rss_mib,
+        descriptors: finished.descriptors,
+        system: setup.system.clone(),
+        producers: setup.producers,
     })
 }
 
@@ -258,19 +240,14 @@ fn count_files(store: &Path) -> anyhow::Result<(u64, Vec<(String, u64)>)> {
     Ok((rows, reasons.into_iter().collect()))
 }
 
-/// Resets the kernel's peak-RSS mark of this process (Linux 4.0+).
+/// Gives freed heap back to the kernel (the previous point's ceiling rows)
+/// and resets the kernel's peak-RSS mark of this process (Linux 4.0+).
 fn reset_peak_rss() {
+    // SAFETY: malloc_trim only releases free memory of glibc's heap.
+    unsafe { libc::malloc_trim(0) };
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+fn ring_count(running: &Running) -> anyhow::Result<usize> {
+    Ok(running.rings()?.len())
 }

@@ -66,7 +66,8 @@ pub fn table(points: &[Outcome]) -> String {
             p.latency_us_p99,
             p.latency_us_p999,
             p.latency_us_max,
-            p.channel_full_stalls,
+            p.channel_full_stalls
+                .map_or("n/a".to_string(), |n| n.to_string()),
             p.batch_items_mean,
             p.peak_rss_mib,
             p.descriptors,

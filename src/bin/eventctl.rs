@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use eventd::config::DATA_DIR_DEFAULT;
+use eventd::config::{ConfigFile, Settings, DATA_DIR_DEFAULT};
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
 use std::io::BufRead;
@@ -14,6 +14,9 @@ struct Args {
     /// eventd's data directory (rings in DIR/kmes, shards in DIR/store).
     #[arg(long, global = true, value_name = "DIR", default_value = DATA_DIR_DEFAULT)]
     data_dir: PathBuf,
+    /// eventd's configuration file, when it moves directories (KmesDir, ...).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,12 +61,17 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let settings = file.resolve(&args.data_dir)?;
     match args.command {
-        Command::Emit(emit) => run_emit(&args.data_dir, emit),
+        Command::Emit(emit) => run_emit(&settings, emit),
     }
 }
 
-fn run_emit(data_dir: &std::path::Path, args: EmitArgs) -> anyhow::Result<()> {
+fn run_emit(settings: &Settings, args: EmitArgs) -> anyhow::Result<()> {
     let mut fields = serde_json::Map::new();
     for kv in &args.fields {
         let Some((k, v)) = kv.split_once('=') else {
@@ -76,8 +84,8 @@ fn run_emit(data_dir: &std::path::Path, args: EmitArgs) -> anyhow::Result<()> {
     } else {
         serde_json::Value::Object(fields).to_string()
     };
-    let kmes = data_dir.join("kmes");
-    let emitter = Emitter::open(&kmes)
+    let kmes = &settings.kmes_dir;
+    let emitter = Emitter::open(kmes)
         .with_context(|| format!("no rings in {} (is eventd running there?)", kmes.display()))?;
     // SAFETY: getpid, gettid and getuid have no preconditions.
     let (pid, tid, uid) = unsafe { (libc::getpid(), libc::gettid(), libc::getuid()) };

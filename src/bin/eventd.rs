@@ -56,7 +56,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             bytes: args.channel_bytes.unwrap_or(defaults.channel.bytes),
         },
     };
-    let daemon = Daemon::start(&settings, tunables)?;
+    // A drain or writer that stops on its own ends the process (exit 1),
+    // so that the service manager restarts it: SIGTERM to ourselves wakes
+    // the main thread's sigwait.
+    let on_failure: eventd::daemon::FailureHook = std::sync::Arc::new(|_what: &str| {
+        // SAFETY: kill with our own pid has no memory effects.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    });
+    let daemon = Daemon::start(&settings, tunables, on_failure)?;
     log::info!(
         "eventd running, data directory {}",
         settings.data_dir.display()

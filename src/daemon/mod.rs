@@ -15,7 +15,7 @@ mod lock;
 pub mod signals;
 
 pub use drain::{DrainStats, DrainThread};
-pub use lock::DataDirLock;
+pub use lock::{DataDirLock, PreviousRun};
 
 use crate::channel::{Capacity, ChannelMonitor, HandoffChannel};
 use crate::config::Settings;
@@ -73,6 +73,8 @@ pub enum DaemonError {
     Limit(std::io::Error),
     #[error("cannot start a thread: {0}")]
     Spawn(std::io::Error),
+    #[error("handoff channel capacity: {0}")]
+    Channel(#[from] crate::channel::CapacityError),
     #[error("{0}")]
     Threads(String),
 }
@@ -93,19 +95,30 @@ pub struct DaemonState {
     pub trackers: Arc<[CommitTracker]>,
 }
 
+/// Called (from the failing thread) when a drain or writer thread stops
+/// on its own, with what happened. The `eventd` binary's hook starts a
+/// shutdown so that the process exits non-zero and a supervisor restarts it.
+pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// A running daemon.
 pub struct Daemon {
     pub state: Arc<DaemonState>,
     stop: Arc<AtomicBool>,
     stopping: Arc<AtomicBool>,
-    drains: Vec<JoinHandle<Result<(), drain::DrainError>>>,
-    writers: Vec<JoinHandle<Result<(), StoreError>>>,
+    drains: Vec<JoinHandle<Result<(), String>>>,
+    writers: Vec<JoinHandle<Result<(), String>>>,
     lock: DataDirLock,
 }
 
 impl Daemon {
     /// Starts eventd with `settings`; returns once every thread runs.
-    pub fn start(settings: &Settings, tunables: Tunables) -> Result<Daemon, DaemonError> {
+    pub fn start(
+        settings: &Settings,
+        tunables: Tunables,
+        on_failure: FailureHook,
+    ) -> Result<Daemon, DaemonError> {
+        // Checked before anything is created.
+        drop(HandoffChannel::<Handoff>::new(tunables.channel)?);
         for dir in [
             &settings.data_dir,
             &settings.run_dir,
@@ -117,7 +130,20 @@ impl Daemon {
                 source,
             })?;
         }
-        let lock = DataDirLock::acquire(&settings.run_dir)?;
+        let lock = DataDirLock::acquire(
+            &settings.run_dir,
+            &[&settings.store_dir, &settings.kmes_dir],
+        )?;
+        match lock.previous {
+            PreviousRun::Clean => {}
+            PreviousRun::Killed => {
+                log::warn!("the previous eventd did not stop cleanly; recovering")
+            }
+            PreviousRun::KilledEarlierBoot => log::warn!(
+                "the previous eventd did not stop cleanly and the machine restarted since; \
+                 recovering from every receipt (shards may have lost their last commits)"
+            ),
+        }
         if settings.retention_max_age.is_some() || settings.retention_max_bytes.is_some() {
             log::warn!(
                 "RetentionMaxAge / RetentionMaxBytes are set, but this eventd does not \
@@ -131,6 +157,9 @@ impl Daemon {
             log::error!("ring of cpu {cpu} not attached, its events are not collected: {error}");
         }
         let rings = attached.rings;
+        if rings.is_empty() {
+            return Err(RoutingError::NoRings.into());
+        }
         let shards = routing::shard_count(settings.storage_shards, rings.len())?;
 
         // R2, before any database is opened: everything queries will see is
@@ -164,21 +193,30 @@ impl Daemon {
 
         // Recovery (R6, R7): every database, old ones included.
         let all: Vec<PathBuf> = visible.into_iter().collect();
-        let mut receipts = ReceiptReader::open(&all);
-        let plans: Vec<store::RingPlan> = rings
+        let mut receipts =
+            ReceiptReader::open(&all, lock.previous != PreviousRun::KilledEarlierBoot)?;
+        let plans = rings
             .iter()
             .map(|r| receipts.plan(r.ring.epoch()))
-            .collect();
-        for warning in &receipts.warnings {
-            log::warn!("recovery: {warning}");
-        }
+            .collect::<Result<Vec<_>, _>>()?;
         drop(receipts);
         for (r, plan) in rings.iter().zip(&plans) {
+            let pending = if plan.resume.next_seq > plan.committed_through + 1 {
+                format!(
+                    ", sequences {}..={} stored as a gap first",
+                    plan.committed_through + 1,
+                    plan.resume.next_seq - 1
+                )
+            } else {
+                String::new()
+            };
             log::info!(
-                "cpu {}: ring epoch {:016x}, resuming at sequence {} ({} committed runs above)",
+                "cpu {}: ring epoch {:016x}, committed through sequence {}, resuming at {} \
+                 ({} committed runs above{pending})",
                 r.cpu,
                 r.ring.epoch(),
-                plan.committed_through + 1,
+                plan.committed_through,
+                plan.resume.next_seq,
                 plan.above.len()
             );
         }
@@ -197,8 +235,7 @@ impl Daemon {
         let mut writer_stats = Vec::with_capacity(shards);
         let mut channels = Vec::with_capacity(shards);
         for (j, conn) in connections.into_iter().enumerate() {
-            let (tx, rx) = HandoffChannel::new(tunables.channel)
-                .map_err(|e| DaemonError::Threads(format!("channel: {e}")))?;
+            let (tx, rx) = HandoffChannel::new(tunables.channel)?;
             senders.push(tx);
             channels.push(rx.monitor());
             let stats = Arc::new(WriterStats::default());
@@ -212,7 +249,10 @@ impl Daemon {
                 stats,
                 stopping.clone(),
             );
-            writers.push(spawn(format!("writer-{j:03}"), move || writer.run())?);
+            let hook = on_failure.clone();
+            writers.push(spawn(format!("writer-{j:03}"), move || {
+                watch(&hook, format!("writer of shard {j}"), || writer.run())
+            })?);
         }
 
         let mut drains = Vec::with_capacity(rings.len());
@@ -235,7 +275,11 @@ impl Daemon {
                 stop.clone(),
                 stats,
             );
-            drains.push(spawn(format!("drain-{:03}", r.cpu), move || drain.run())?);
+            let hook = on_failure.clone();
+            let what = format!("drain of cpu {}", r.cpu);
+            drains.push(spawn(format!("drain-{:03}", r.cpu), move || {
+                watch(&hook, what, || drain.run())
+            })?);
         }
         // Only the drains hold senders now: when they stop, writers finish.
         drop(senders);
@@ -276,18 +320,13 @@ impl Daemon {
     pub fn join(self) -> Result<(), DaemonError> {
         self.stop();
         let mut failures = Vec::new();
-        for handle in self.drains {
+        for handle in self.drains.into_iter().chain(self.writers) {
             match handle.join() {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e.to_string()),
-                Err(_) => failures.push("a drain thread panicked".to_string()),
-            }
-        }
-        for handle in self.writers {
-            match handle.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e.to_string()),
-                Err(_) => failures.push("a writer thread panicked".to_string()),
+                Ok(Err(e)) => failures.push(e),
+                // `watch` catches panics; this is only reached if the hook
+                // itself panicked.
+                Err(_) => failures.push("a thread's failure hook panicked".to_string()),
             }
         }
         drop(self.lock);
@@ -297,6 +336,23 @@ impl Daemon {
             Err(DaemonError::Threads(failures.join("; ")))
         }
     }
+}
+
+/// Runs a thread's body; reports an error or a panic to the hook at once
+/// (and still returns it for `join`).
+fn watch<E: std::fmt::Display>(
+    hook: &FailureHook,
+    what: String,
+    body: impl FnOnce() -> Result<(), E>,
+) -> Result<(), String> {
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => format!("{what} stopped: {e}"),
+        Err(_) => format!("{what} panicked"),
+    };
+    log::error!("{outcome}");
+    hook(&outcome);
+    Err(outcome)
 }
 
 fn spawn<T: Send + 'static>(

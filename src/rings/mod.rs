@@ -107,6 +107,17 @@ impl Ring {
         )
     }
 
+    /// How far the reader is behind the producers, in pages, from the
+    /// position it last published (at each page boundary and when idle):
+    /// 0 when caught up, near the page count when about to be lapped.
+    /// Monitoring and load generation only.
+    pub fn backlog_pages(&self) -> u64 {
+        // Relaxed: an estimate; neither word guards other data here.
+        let front = Reserve::unpack(self.mem.word(H_RESERVE).load(Ordering::Relaxed)).ticket;
+        let read = Reserve::unpack(self.mem.word(H_READ_POS).load(Ordering::Relaxed)).ticket;
+        ticket_distance(front, read).clamp(0, self.geometry.page_count as i64) as u64
+    }
+
     /// Writes a fresh ring's header and page metas into zeroed memory.
     fn initialize(mem: &RingMemory, geometry: Geometry, cpu: u32, epoch: u64, created_ns: u64) {
         // Relaxed: the memory is not shared yet; publication is the rename

@@ -337,6 +337,11 @@ impl RingReader {
         self.offset = 0;
         self.index = 0;
         self.stall = None;
+        // Producers and monitors see progress page by page, not only when
+        // the reader idles. (Left out of loom models: monitoring only.)
+        if !cfg!(loom) {
+            self.publish_position();
+        }
     }
 
     /// Steps over one record of `words` words, reporting it lost.

@@ -41,10 +41,19 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
-    #[error("shard database {path}: could not commit {events} events: {source}")]
+    #[error("shard database {path}: could not commit {items} items: {source}")]
     Commit {
         path: PathBuf,
-        events: usize,
+        items: usize,
+        source: rusqlite::Error,
+    },
+    #[error(
+        "cannot read the receipts in {path}: {source}; eventd does not start without \
+         them, because the events committed there would be stored a second time. \
+         Repair the file or move it out of the store directory"
+    )]
+    Recovery {
+        path: PathBuf,
         source: rusqlite::Error,
     },
 }
@@ -85,6 +94,18 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(err)?;
+    // The version is checked before anything is changed (even the journal
+    // mode), so a database from a newer eventd stays byte for byte as it was.
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    if found > schema::SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
     schema::configure_writer(&conn).map_err(err)?;
     match schema::migrate(&mut conn).map_err(err)? {
         Ok(()) => Ok(conn),
@@ -109,6 +130,23 @@ mod tests {
         assert!(e.contains("shard-007.db"), "{e}");
         let kept = std::fs::read(&path).unwrap();
         assert!(kept.starts_with(b"not a database"));
+    }
+
+    #[test]
+    fn r12_a_newer_schema_is_refused_byte_for_byte_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 1);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+                .unwrap();
+            conn.pragma_update(None, "user_version", schema::SCHEMA_VERSION + 1)
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let e = open_shard(&path).unwrap_err().to_string();
+        assert!(e.contains("shard-001.db") && e.contains("newer"), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     #[test]

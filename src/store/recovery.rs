@@ -11,6 +11,7 @@
 //!    committed: the drain skips them when it reads them again.
 
 use super::tracker::CommittedRuns;
+use super::StoreError;
 use crate::rings::ReadPosition;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -54,57 +55,78 @@ struct Run {
 /// Read-only connections to every shard database, for recovery.
 pub struct ReceiptReader {
     shards: Vec<(PathBuf, Connection)>,
-    /// Shards that could not be read, with why.
-    pub warnings: Vec<String>,
+    /// Whether stored watermarks may be trusted (see [`ReceiptReader::plan`]).
+    trust_watermarks: bool,
+}
+
+type Found<T> = Result<T, StoreError>;
+
+fn unreadable(path: &Path, source: rusqlite::Error) -> StoreError {
+    StoreError::Recovery {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 impl ReceiptReader {
-    /// Opens every path read-only; one that fails is named in `warnings`.
-    pub fn open(paths: &[PathBuf]) -> Self {
-        let mut reader = ReceiptReader {
-            shards: Vec::new(),
-            warnings: Vec::new(),
-        };
+    /// Opens every path read-only. A database without a receipts table (not
+    /// written by eventd) has nothing to say and is left out; one that cannot
+    /// be read at all is an error naming it: starting without its receipts
+    /// would store its events a second time.
+    ///
+    /// `trust_watermarks` is false after an unclean stop in an earlier boot
+    /// (a power cut): each shard's WAL reached the disk on its own schedule,
+    /// so one shard's watermark may count commits another shard lost.
+    pub fn open(paths: &[PathBuf], trust_watermarks: bool) -> Found<Self> {
+        let mut shards = Vec::new();
         for path in paths {
-            match open_read_only(path) {
-                Ok(conn) => reader.shards.push((path.clone(), conn)),
-                Err(e) => reader
-                    .warnings
-                    .push(format!("{}: cannot read receipts: {e}", path.display())),
+            let conn = open_read_only(path).map_err(|e| unreadable(path, e))?;
+            let has_receipts: bool = conn
+                .query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'receipts'",
+                    [],
+                    |r| r.get::<_, i64>(0).map(|n| n > 0),
+                )
+                .map_err(|e| unreadable(path, e))?;
+            if has_receipts {
+                shards.push((path.clone(), conn));
             }
         }
-        reader
+        Ok(ReceiptReader {
+            shards,
+            trust_watermarks,
+        })
     }
 
     /// The plan for ring epoch `epoch`.
-    pub fn plan(&mut self, epoch: u64) -> RingPlan {
+    pub fn plan(&mut self, epoch: u64) -> Found<RingPlan> {
         let epoch = epoch as i64;
         let mut watermark = 0u64;
-        for (path, conn) in &self.shards {
-            match conn.query_row(
-                "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1",
-                [epoch],
-                |r| r.get::<_, Option<i64>>(0),
-            ) {
-                Ok(w) => watermark = watermark.max(w.unwrap_or(0) as u64),
-                Err(e) => self
-                    .warnings
-                    .push(format!("{}: cannot read receipts: {e}", path.display())),
+        if self.trust_watermarks {
+            for (path, conn) in &self.shards {
+                let w = conn
+                    .query_row(
+                        "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1",
+                        [epoch],
+                        |r| r.get::<_, Option<i64>>(0),
+                    )
+                    .map_err(|e| unreadable(path, e))?;
+                watermark = watermark.max(w.unwrap_or(0) as u64);
             }
         }
-        let runs = self.runs_from(epoch, watermark);
-        match plan_from_runs(watermark, runs) {
+        let runs = self.runs_from(epoch, watermark)?;
+        Ok(match plan_from_runs(watermark, runs) {
             Some(plan) => plan,
-            // The receipt ending at the watermark was not found (its shard
-            // became unreadable): merge every receipt from the start instead.
-            None => plan_from_runs(0, self.runs_from(epoch, 0)).unwrap_or(RingPlan::FRESH),
-        }
+            // No receipt ends at the watermark (cannot happen with intact
+            // files): merge every receipt from the start instead.
+            None => plan_from_runs(0, self.runs_from(epoch, 0)?).unwrap_or(RingPlan::FRESH),
+        })
     }
 
-    fn runs_from(&mut self, epoch: i64, from: u64) -> Vec<Run> {
+    fn runs_from(&mut self, epoch: i64, from: u64) -> Found<Vec<Run>> {
         let mut runs = Vec::new();
         for (path, conn) in &self.shards {
-            let result = conn
+            let mut found = conn
                 .prepare_cached(
                     "SELECT first_seq, last_seq, position, next_seq FROM receipts \
                      WHERE ring_epoch = ?1 AND last_seq >= ?2",
@@ -119,15 +141,11 @@ impl ReceiptReader {
                         })
                     })?
                     .collect::<rusqlite::Result<Vec<Run>>>()
-                });
-            match result {
-                Ok(mut found) => runs.append(&mut found),
-                Err(e) => self
-                    .warnings
-                    .push(format!("{}: cannot read receipts: {e}", path.display())),
-            }
+                })
+                .map_err(|e| unreadable(path, e))?;
+            runs.append(&mut found);
         }
-        runs
+        Ok(runs)
     }
 }
 

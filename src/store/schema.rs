@@ -51,6 +51,8 @@ const MIGRATIONS: &[&str] = &[
         committed_at INTEGER NOT NULL
     );
     CREATE INDEX receipts_ring ON receipts (ring_epoch, last_seq);",
+    // 2: recovery looks up the highest watermark of a ring epoch.
+    "CREATE INDEX receipts_through ON receipts (ring_epoch, committed_through);",
 ];
 
 /// The schema version this build writes.
@@ -106,6 +108,14 @@ mod tests {
             )
             .unwrap();
         assert_eq!(tables, 3);
+        let indexes: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(indexes, 4);
     }
 
     #[test]

@@ -203,7 +203,7 @@ impl ShardWriter {
                     if self.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS {
                         return Err(StoreError::Commit {
                             path: self.path.clone(),
-                            events: self.batch.len(),
+                            items: self.batch.len(),
                             source,
                         });
                     }
@@ -235,7 +235,7 @@ impl ShardWriter {
                 };
                 match (h.kind, parts) {
                     (Kind::Event, Some([provider, name, message, fields])) => {
-                        let fields = (!fields.is_empty()).then_some(fields);
+                        let fields = stored_fields(fields);
                         insert_event.execute(params![
                             h.ts_ns,
                             h.cpu,
@@ -332,6 +332,23 @@ impl ShardWriter {
     }
 }
 
+/// What the `fields` column gets: NULL for none, the text itself when it is
+/// a JSON object, else (a producer wrote something else: the ring is
+/// untrusted) an object keeping the text, so `json_extract` never fails on
+/// a row and nothing is dropped.
+fn stored_fields(fields: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if fields.is_empty() {
+        return None;
+    }
+    let object = fields.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(fields).is_ok();
+    Some(if object {
+        std::borrow::Cow::Borrowed(fields)
+    } else {
+        std::borrow::Cow::Owned(serde_json::json!({ "invalid_fields": fields }).to_string())
+    })
+}
+
 /// Extends the ring's latest run with `h` if it continues it, else starts a
 /// new run. Items of one ring reach a writer in sequence order (one drain per
 /// ring, FIFO channel), so a stripe boundary is the only break.
@@ -367,6 +384,16 @@ mod tests {
             last_seq: last,
             next_seq: last + 1,
             ..Handoff::default()
+        }
+    }
+
+    #[test]
+    fn fields_that_are_not_a_json_object_are_kept_inside_one() {
+        assert_eq!(stored_fields(""), None);
+        assert_eq!(stored_fields(r#"{"a":1}"#).unwrap(), r#"{"a":1}"#);
+        for bad in ["not json", "[1,2]", r#"{"a":"#, "12"] {
+            let v: serde_json::Value = serde_json::from_str(&stored_fields(bad).unwrap()).unwrap();
+            assert_eq!(v["invalid_fields"], bad);
         }
     }
 

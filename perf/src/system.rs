@@ -1,0 +1,375 @@
+//! The system under test: eventd's pipeline in this process, or the
+//! `eventd` binary as a child process; and the producers: threads of this
+//! process or separate processes.
+
+use crate::load::{self, Counts, Mode, Sizes};
+use eventd::config::Settings;
+use eventd::daemon::{Daemon, DaemonState, Tunables};
+use eventd::rings::Ring;
+use hdrhistogram::Histogram;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum SystemKind {
+    /// `eventd::daemon::Daemon` in this process.
+    InProcess,
+    /// The `eventd` binary, started with `--data-dir` and a config file.
+    Binary,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum ProducerKind {
+    Threads,
+    Processes,
+}
+
+/// What is measured once the load is over.
+pub struct Finished {
+    pub latency_us: Histogram<u64>,
+    pub batch_items: Histogram<u64>,
+    pub commits: u64,
+    /// `None` when the system does not expose it (the binary).
+    pub channel_full_stalls: Option<u64>,
+    pub peak_rss_mib: f64,
+    pub descriptors: usize,
+    pub shards: usize,
+}
+
+pub enum Running {
+    InProcess {
+        daemon: Daemon,
+        state: Arc<DaemonState>,
+    },
+    Binary {
+        child: Child,
+        data_dir: PathBuf,
+    },
+}
+
+impl Running {
+    pub fn start(
+        kind: &SystemKind,
+        eventd: &Path,
+        settings: &Settings,
+        tunables: Tunables,
+    ) -> anyhow::Result<Running> {
+        match kind {
+            SystemKind::InProcess => {
+                let hook: eventd::daemon::FailureHook =
+                    Arc::new(|what: &str| eprintln!("eventd failed: {what}"));
+                let daemon = Daemon::start(settings, tunables, hook)?;
+                let state = daemon.state.clone();
+                Ok(Running::InProcess { daemon, state })
+            }
+            SystemKind::Binary => {
+                let data_dir = settings.data_dir.clone();
+                std::fs::create_dir_all(&data_dir)?;
+                let config = data_dir.join("perf.toml");
+                std::fs::write(
+                    &config,
+                    format!(
+                        "StorageShards = {}\nMaxBatchSize = {}\nMaxConcurrentQueries = {}\n",
+                        settings.storage_shards,
+                        settings.max_batch_size,
+                        settings.max_concurrent_queries
+                    ),
+                )?;
+                let log = std::fs::File::create(data_dir.join("eventd.log"))?;
+                let mut child = Command::new(eventd)
+                    .arg("--data-dir")
+                    .arg(&data_dir)
+                    .arg("--config")
+                    .arg(&config)
+                    .arg("--stripe-len")
+                    .arg(tunables.stripe_len.to_string())
+                    .arg("--channel-slots")
+                    .arg(tunables.channel.slots.to_string())
+                    .arg("--channel-bytes")
+                    .arg(tunables.channel.bytes.to_string())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .map_err(|e| anyhow::anyhow!("starting {}: {e}", eventd.display()))?;
+                let pid_file = data_dir.join("run/eventd.pid");
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while std::fs::read_to_string(&pid_file).map_or(true, |s| {
+                    s.split_whitespace().next() != Some(&child.id().to_string())
+                }) {
+                    if let Some(status) = child.try_wait()? {
+                        anyhow::bail!(
+                            "eventd exited at start-up ({status}), see {}",
+                            data_dir.join("eventd.log").display()
+                        );
+                    }
+                    anyhow::ensure!(Instant::now() < deadline, "eventd did not start");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(Running::Binary { child, data_dir })
+            }
+        }
+    }
+
+    /// The attached rings (the binary's are opened from its KMES directory).
+    pub fn rings(&self) -> anyhow::Result<Vec<Arc<Ring>>> {
+        match self {
+            Running::InProcess { state, .. } => Ok(state.rings.clone()),
+            Running::Binary { data_dir, .. } => {
+                let mut rings = Vec::new();
+                for path in ring_paths(&data_dir.join("kmes"))? {
+                    rings.push(Arc::new(Ring::open(&path, None)?));
+                }
+                Ok(rings)
+            }
+        }
+    }
+
+    /// Events stored and sequence numbers lost so far.
+    pub fn progress(&self) -> anyhow::Result<(u64, u64)> {
+        match self {
+            Running::InProcess { state, .. } => {
+                Ok(state.writers.iter().fold((0, 0), |(e, l), w| {
+                    (
+                        e + w.events.load(Ordering::Relaxed),
+                        l + w.lost.load(Ordering::Relaxed),
+                    )
+                }))
+            }
+            Running::Binary { data_dir, .. } => {
+                let (mut events, mut lost) = (0, 0);
+                for path in eventd::store::list_databases(&data_dir.join("store"))? {
+                    let c = eventd::store::recovery::open_read_only(&path)?;
+                    // Rows are never deleted here, so the largest id is the
+                    // count, found without a scan.
+                    events += c.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| {
+                        r.get::<_, i64>(0)
+                    })? as u64;
+                    lost += c.query_row("SELECT coalesce(sum(lost), 0) FROM gaps", [], |r| {
+                        r.get::<_, i64>(0)
+                    })? as u64;
+                }
+                Ok((events, lost))
+            }
+        }
+    }
+
+    /// Takes the measurements and stops the system cleanly.
+    pub fn finish(self) -> anyhow::Result<Finished> {
+        match self {
+            Running::InProcess { daemon, state } => {
+                let descriptors = count_fds("/proc/self/fd");
+                let peak_rss_mib = peak_rss_mib("/proc/self/status");
+                let mut latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
+                let mut batch_items = Histogram::new_with_bounds(1, 10_000_000, 3)?;
+                let mut commits = 0;
+                for w in &state.writers {
+                    let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
+                    latency_us.add(&h.latency_us)?;
+                    batch_items.add(&h.batch_items)?;
+                    commits += w.commits.load(Ordering::Relaxed);
+                }
+                let stalls = state.channels.iter().map(|c| c.stats().full_stalls).sum();
+                let shards = state.shard_paths.len();
+                drop(state);
+                daemon.join()?;
+                Ok(Finished {
+                    latency_us,
+                    batch_items,
+                    commits,
+                    channel_full_stalls: Some(stalls),
+                    peak_rss_mib,
+                    descriptors,
+                    shards,
+                })
+            }
+            Running::Binary {
+                mut child,
+                data_dir,
+            } => {
+                let proc_dir = format!("/proc/{}", child.id());
+                let descriptors = count_fds(&format!("{proc_dir}/fd"));
+                let peak_rss_mib = peak_rss_mib(&format!("{proc_dir}/status"));
+                // SAFETY: kill with the pid of our unreaped child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let status = child.wait()?;
+                anyhow::ensure!(status.success(), "eventd exited {status}");
+                let (latency_us, batch_items, commits, shards) =
+                    from_receipts(&data_dir.join("store"))?;
+                Ok(Finished {
+                    latency_us,
+                    batch_items,
+                    commits,
+                    channel_full_stalls: None,
+                    peak_rss_mib,
+                    descriptors,
+                    shards,
+                })
+            }
+        }
+    }
+}
+
+fn ring_paths(kmes: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(kmes)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "ring"))
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
+/// Latency and batch sizes of the binary, from its files: each event's
+/// timestamp against its receipt's `committed_at` (taken when the commit
+/// began, so the insert time is not included), and items per commit.
+fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64, usize)> {
+    let mut latency = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
+    let mut batches = Histogram::new_with_bounds(1, 10_000_000, 3)?;
+    let mut commits = 0;
+    let paths = eventd::store::list_databases(store)?;
+    for path in &paths {
+        let c = eventd::store::recovery::open_read_only(path)?;
+        let mut stmt = c.prepare(
+            "SELECT r.committed_at - e.ts FROM receipts r JOIN events e \
+             ON e.ring_epoch = r.ring_epoch AND e.seq BETWEEN r.first_seq AND r.last_seq",
+        )?;
+        for us in stmt.query_map([], |r| r.get::<_, i64>(0))? {
+            latency.saturating_record((us?.max(0) as u64 / 1000).max(1));
+        }
+        let mut stmt =
+            c.prepare("SELECT sum(last_seq - first_seq + 1) FROM receipts GROUP BY committed_at")?;
+        for n in stmt.query_map([], |r| r.get::<_, i64>(0))? {
+            batches.saturating_record(n?.max(1) as u64);
+            commits += 1;
+        }
+    }
+    Ok((latency, batches, commits, paths.len()))
+}
+
+fn count_fds(dir: &str) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+fn peak_rss_mib(status: &str) -> f64 {
+    std::fs::read_to_string(status)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Producers of either kind.
+pub enum Producers {
+    Threads {
+        stop: Arc<AtomicBool>,
+        producers: Vec<load::Producer>,
+    },
+    Processes(Vec<Child>),
+}
+
+impl Producers {
+    pub fn start(
+        kind: ProducerKind,
+        rings: &[Arc<Ring>],
+        mode: Mode,
+        sizes: Sizes,
+    ) -> anyhow::Result<Producers> {
+        match kind {
+            ProducerKind::Threads => {
+                let stop = Arc::new(AtomicBool::new(false));
+                let producers = load::start(rings, mode, sizes, stop.clone());
+                Ok(Producers::Threads { stop, producers })
+            }
+            ProducerKind::Processes => {
+                let me = std::env::current_exe()?;
+                let per = load::per_producer(mode, rings.len());
+                let mut children = Vec::new();
+                for ring in rings {
+                    let mut cmd = Command::new(&me);
+                    cmd.arg("--produce-ring")
+                        .arg(ring.path())
+                        .arg("--event-bytes")
+                        .arg(format!("{}-{}", sizes.min, sizes.max));
+                    if let Some(rate) = per {
+                        cmd.arg("--rate").arg(rate.to_string());
+                    }
+                    children.push(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?);
+                }
+                Ok(Producers::Processes(children))
+            }
+        }
+    }
+
+    /// Stops every producer; returns (sequenced, refused) over all of them.
+    pub fn stop(self) -> anyhow::Result<(u64, u64)> {
+        let (mut sequenced, mut refused) = (0, 0);
+        match self {
+            Producers::Threads { stop, producers } => {
+                stop.store(true, Ordering::Relaxed);
+                for p in producers {
+                    p.handle
+                        .join()
+                        .map_err(|_| anyhow::anyhow!("a load thread panicked"))?;
+                    sequenced += p.counts.sequenced.load(Ordering::Relaxed);
+                    refused += p.counts.refused.load(Ordering::Relaxed);
+                }
+            }
+            Producers::Processes(children) => {
+                for mut child in children {
+                    drop(child.stdin.take());
+                    let out = child.wait_with_output()?;
+                    anyhow::ensure!(out.status.success(), "a producer process failed");
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    let (s, r) = parse_counts(&text)
+                        .ok_or_else(|| anyhow::anyhow!("producer printed {text:?}"))?;
+                    sequenced += s;
+                    refused += r;
+                }
+            }
+        }
+        Ok((sequenced, refused))
+    }
+}
+
+fn parse_counts(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().last()?;
+    let mut s = None;
+    let mut r = None;
+    for part in line.split_whitespace() {
+        match part.split_once('=')? {
+            ("sequenced", v) => s = v.parse().ok(),
+            ("refused", v) => r = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((s?, r?))
+}
+
+/// The body of a producer process: emits into the ring at `path` until its
+/// standard input closes, then prints its counts.
+pub fn producer_process(path: &Path, rate: Option<u64>, sizes: Sizes) -> anyhow::Result<()> {
+    let ring = Ring::open(path, None)?;
+    load::pin_to(ring.cpu());
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        for _ in std::io::stdin().lock().lines() {}
+        s.store(true, Ordering::Relaxed);
+    });
+    let counts = Counts::default();
+    load::produce(&ring, rate, sizes, &stop, &counts, u64::from(ring.cpu()));
+    println!(
+        "sequenced={} refused={}",
+        counts.sequenced.load(Ordering::Relaxed),
+        counts.refused.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
