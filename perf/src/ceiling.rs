@@ -69,41 +69,48 @@ pub fn run_with(
                 }
             })
             .collect();
-        prepared.push((conn, built, text));
+        // A ring epoch is a random 64-bit id: store one like it, so the rows
+        // have eventd's sizes.
+        let epoch: i64 = rng.random();
+        prepared.push((conn, built, text, epoch));
     }
     let barrier = Arc::new(Barrier::new(shards + 1));
     let threads: Vec<_> = prepared
         .into_iter()
         .enumerate()
-        .map(|(j, (mut conn, built, text))| {
+        .map(|(j, (mut conn, built, text, epoch))| {
             let barrier = barrier.clone();
-            std::thread::spawn(move || -> rusqlite::Result<()> {
-                barrier.wait();
-                for chunk in built.chunks(batch.max(1) as usize) {
-                    let tx = conn.transaction()?;
-                    {
-                        let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
-                        for row in chunk {
-                            insert.execute(params![
-                                row.ts,
-                                j as i64,
-                                row.seq,
-                                1i64,
-                                std::process::id(),
-                                0u32,
-                                0u32,
-                                6u8,
-                                "perf",
-                                "load",
-                                &text[..row.len],
-                                None::<&str>,
-                            ])?;
+            std::thread::Builder::new()
+                .name(format!("ceiling-{j:03}"))
+                .spawn(move || -> rusqlite::Result<()> {
+                    barrier.wait();
+                    for chunk in built.chunks(batch.max(1) as usize) {
+                        let tx = conn.transaction()?;
+                        {
+                            let mut insert =
+                                tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+                            for row in chunk {
+                                insert.execute(params![
+                                    row.ts,
+                                    j as i64,
+                                    row.seq,
+                                    epoch,
+                                    std::process::id(),
+                                    0u32,
+                                    0u32,
+                                    6u8,
+                                    "perf",
+                                    "load",
+                                    &text[..row.len],
+                                    None::<&str>,
+                                ])?;
+                            }
                         }
+                        tx.commit()?;
                     }
-                    tx.commit()?;
-                }
-                Ok(())
-            })
+                    Ok(())
+                })
+                .expect("spawning a ceiling thread")
         })
         .collect();
     barrier.wait();

@@ -4,7 +4,7 @@
 //! Two modes:
 //! - **flat out**: as fast as the pipeline drains. A producer emits without
 //!   pause while its ring's unread backlog (`Ring::backlog_pages`, published
-//!   by the drain at each page) is under half the ring, and naps 100 µs when
+//!   by the drain at each page) is under half the ring, and naps 1 ms when
 //!   it is above. This measures the pipeline's sustained rate with
 //!   no loss; a producer that ignored the backlog would only measure how fast
 //!   the ring overwrites itself.
@@ -107,6 +107,8 @@ pub fn produce(
         .map(|_| rng.random_range(b'a'..=b'z') as char)
         .collect();
     let high_water = (ring.geometry().page_count as u64 / 2).max(1);
+    // Once: `process::id` is a system call each time.
+    let pid = std::process::id();
     let (mut sequenced, mut refused) = (0u64, 0u64);
     let start = Instant::now();
     let mut tick = 0u64;
@@ -114,7 +116,7 @@ pub fn produce(
         let burst = match per_second {
             None => {
                 if ring.backlog_pages() >= high_water {
-                    std::thread::sleep(Duration::from_micros(100));
+                    std::thread::sleep(Duration::from_millis(1));
                     continue;
                 }
                 256
@@ -136,7 +138,7 @@ pub fn produce(
             } else {
                 rng.random_range(sizes.min..=sizes.max)
             };
-            match ring.emit(&event(&text[..len], eventd::rings::now_ns())) {
+            match ring.emit(&event(&text[..len], eventd::rings::now_ns(), pid)) {
                 Ok(()) | Err(EmitError::Overwritten) => sequenced += 1,
                 Err(EmitError::Busy) => refused += 1,
                 Err(EmitError::Encode(e)) => panic!("the load's events must fit the ring: {e}"),
@@ -149,10 +151,10 @@ pub fn produce(
     counts.refused.store(refused, Ordering::Relaxed);
 }
 
-fn event(message: &str, ts_ns: i64) -> Event<'_> {
+fn event(message: &str, ts_ns: i64, pid: u32) -> Event<'_> {
     Event {
         ts_ns,
-        pid: std::process::id(),
+        pid,
         tid: 0,
         uid: 0,
         level: Level::Info,

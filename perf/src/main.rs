@@ -49,6 +49,9 @@ struct Args {
     /// A fixed total rate in events/s instead of flat out.
     #[arg(long)]
     rate: Option<u64>,
+    /// Run every point this many times (interleaved) and report the median.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     results: PathBuf,
@@ -215,17 +218,23 @@ fn run_scenario(
             })
             .collect(),
         Scenario::Channel => [
+            (0, 0),
             (64, 64 << 10),
             (256, 256 << 10),
-            (1024, 64 << 10),
             (1024, 1 << 20),
-            (1024, 16 << 20),
             (4096, 4 << 20),
+            (4096, 16 << 20),
+            (16384, 16 << 20),
         ]
         .into_iter()
         .map(|(slots, bytes)| {
+            let label = if slots == 0 {
+                "auto".to_string()
+            } else {
+                format!("{slots}/{}K", bytes >> 10)
+            };
             (
-                format!("{slots}/{}K", bytes >> 10),
+                label,
                 Knobs {
                     channel_slots: slots,
                     channel_bytes: bytes,
@@ -238,23 +247,42 @@ fn run_scenario(
     };
     let progress = indicatif::ProgressBar::new_spinner();
     progress.enable_steady_tick(Duration::from_millis(200));
-    let mut outcomes: Vec<Outcome> = Vec::new();
-    for (label, knobs) in &points {
-        let point = pipeline::Point {
-            label,
-            knobs: *knobs,
-            mode,
-            sizes,
-            duration,
-            with_ceiling: true,
-        };
-        let o = pipeline::run(work, setup, &point, &progress)?;
-        progress.println(format!(
-            "{label}: {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
-            o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost, o.latency_us_p99
-        ));
-        outcomes.push(o);
+    // Repeats run the whole list again (A B C A B C ...), so slow drifts of
+    // a shared machine spread over every point; each point then reports its
+    // run with the median ratio.
+    let mut runs: Vec<Vec<Outcome>> = vec![Vec::new(); points.len()];
+    for round in 0..args.repeat.max(1) {
+        for (i, (label, knobs)) in points.iter().enumerate() {
+            let point = pipeline::Point {
+                label,
+                knobs: *knobs,
+                mode,
+                sizes,
+                duration,
+                with_ceiling: true,
+            };
+            let o = pipeline::run(work, setup, &point, &progress)?;
+            progress.suspend(|| eprintln!(
+                "{label} (round {}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
+                round + 1,
+                o.events_per_s,
+                o.ceiling_per_s,
+                o.ratio_to_ceiling,
+                o.lost,
+                o.latency_us_p99
+            ));
+            runs[i].push(o);
+        }
     }
+    let all_runs: Vec<Outcome> = runs.iter().flatten().cloned().collect();
+    let mut outcomes: Vec<Outcome> = runs
+        .into_iter()
+        .map(|mut r| {
+            r.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
+            let mid = r.len() / 2;
+            r.swap_remove(mid)
+        })
+        .collect();
     let mut extra_line = None;
     if scenario == Scenario::Baseline && mode == Mode::FlatOut {
         // Latency at half the flat-out rate.
@@ -268,10 +296,12 @@ fn run_scenario(
             with_ceiling: false,
         };
         let o = pipeline::run(work, setup, &point, &progress)?;
-        progress.println(format!(
-            "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
-            o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
-        ));
+        progress.suspend(|| {
+            eprintln!(
+                "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
+                o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
+            )
+        });
         extra_line = Some(format!(
             "half_rate_events_per_s={half} half_rate_p99_us={} half_rate_lost={}",
             o.latency_us_p99, o.lost
@@ -309,6 +339,7 @@ fn run_scenario(
         machine,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         points: &outcomes,
+        runs: &all_runs,
         headline,
     };
     report::write_json(&json, &report)?;

@@ -18,6 +18,7 @@ pub struct Knobs {
     pub storage_shards: i64,
     pub max_batch: u64,
     pub stripe_len: u32,
+    /// Channel slots and bytes; 0 = eventd's own sizing for the shard count.
     pub channel_slots: usize,
     pub channel_bytes: u64,
 }
@@ -30,8 +31,8 @@ impl Knobs {
             storage_shards: 0,
             max_batch: eventd::config::MAX_BATCH_SIZE_DEFAULT,
             stripe_len: t.stripe_len.get(),
-            channel_slots: t.channel.slots,
-            channel_bytes: t.channel.bytes,
+            channel_slots: t.channel.map_or(0, |c| c.slots),
+            channel_bytes: t.channel.map_or(0, |c| c.bytes),
         }
     }
 }
@@ -73,6 +74,9 @@ pub struct Outcome {
     pub batch_items_max: u64,
     pub peak_rss_mib: f64,
     pub descriptors: usize,
+    /// The channel capacity the point ran with.
+    pub channel_slots: usize,
+    pub channel_bytes: u64,
     pub system: SystemKind,
     pub producers: ProducerKind,
 }
@@ -121,10 +125,10 @@ pub fn run(
     settings.max_concurrent_queries = fit_queries(&settings)?;
     let tunables = Tunables {
         stripe_len: NonZeroU32::new(knobs.stripe_len).unwrap_or(NonZeroU32::MIN),
-        channel: Capacity {
+        channel: (knobs.channel_slots > 0).then_some(Capacity {
             slots: knobs.channel_slots,
             bytes: knobs.channel_bytes,
-        },
+        }),
     };
     reset_peak_rss();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
@@ -161,6 +165,7 @@ pub fn run(
     let rings = ring_count(&running)?;
     let finished = running.finish()?;
     let shards = finished.shards;
+    let channel = tunables.channel_for(shards);
     let (rows_in_files, lost_by_reason) = count_files(&settings.store_dir)?;
 
     let events_per_s = stored as f64 / drained_secs;
@@ -205,6 +210,8 @@ pub fn run(
         batch_items_max: finished.batch_items.max(),
         peak_rss_mib: finished.peak_rss_mib,
         descriptors: finished.descriptors,
+        channel_slots: channel.slots,
+        channel_bytes: channel.bytes,
         system: setup.system.clone(),
         producers: setup.producers,
     })

@@ -10,7 +10,10 @@ pub struct Report<'a> {
     pub scenario: &'a str,
     pub machine: Machine,
     pub command: String,
+    /// One per point: the median run.
     pub points: &'a [Outcome],
+    /// Every run of every point.
+    pub runs: &'a [Outcome],
     /// The point the last summary line describes.
     pub headline: &'a Outcome,
 }
@@ -56,8 +59,8 @@ pub fn table(points: &[Outcome]) -> String {
             p.shards,
             p.knobs.max_batch,
             p.knobs.stripe_len,
-            p.knobs.channel_slots,
-            p.knobs.channel_bytes,
+            p.channel_slots,
+            p.channel_bytes,
             p.events_per_s,
             p.ceiling_per_s,
             p.ratio_to_ceiling,

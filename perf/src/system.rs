@@ -80,17 +80,20 @@ impl Running {
                     ),
                 )?;
                 let log = std::fs::File::create(data_dir.join("eventd.log"))?;
-                let mut child = Command::new(eventd)
+                let mut cmd = Command::new(eventd);
+                if let Some(c) = tunables.channel {
+                    cmd.arg("--channel-slots")
+                        .arg(c.slots.to_string())
+                        .arg("--channel-bytes")
+                        .arg(c.bytes.to_string());
+                }
+                let mut child = cmd
                     .arg("--data-dir")
                     .arg(&data_dir)
                     .arg("--config")
                     .arg(&config)
                     .arg("--stripe-len")
                     .arg(tunables.stripe_len.to_string())
-                    .arg("--channel-slots")
-                    .arg(tunables.channel.slots.to_string())
-                    .arg("--channel-bytes")
-                    .arg(tunables.channel.bytes.to_string())
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log)

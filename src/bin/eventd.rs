@@ -51,9 +51,15 @@ fn run(args: Args) -> anyhow::Result<()> {
     let defaults = Tunables::default();
     let tunables = Tunables {
         stripe_len: args.stripe_len.unwrap_or(defaults.stripe_len),
-        channel: eventd::channel::Capacity {
-            slots: args.channel_slots.unwrap_or(defaults.channel.slots),
-            bytes: args.channel_bytes.unwrap_or(defaults.channel.bytes),
+        channel: match (args.channel_slots, args.channel_bytes) {
+            (None, None) => None,
+            (slots, bytes) => {
+                let auto = defaults.channel_for(1);
+                Some(eventd::channel::Capacity {
+                    slots: slots.unwrap_or(auto.slots),
+                    bytes: bytes.unwrap_or(auto.bytes),
+                })
+            }
         },
     };
     // A drain or writer that stops on its own ends the process (exit 1),

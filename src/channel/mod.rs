@@ -219,6 +219,7 @@ impl<H: Copy + Send> HandoffChannel<H> {
             head: 0,
             unreleased_count: 0,
             unreleased_bytes: 0,
+            release_every: chan.release_every,
         };
         Ok((Sender { chan }, receiver))
     }
@@ -571,6 +572,9 @@ pub struct Receiver<H> {
     /// Consumed events whose capacity has not been given back yet.
     unreleased_count: u64,
     unreleased_bytes: u64,
+    /// Give room back after this many consumed events (see
+    /// [`Receiver::set_release_every`]).
+    release_every: usize,
 }
 
 impl<H: Copy + Send> Receiver<H> {
@@ -629,6 +633,18 @@ impl<H: Copy + Send> Receiver<H> {
 
     pub fn capacity(&self) -> Capacity {
         self.chan.capacity
+    }
+
+    /// Gives room back after `events` consumed events (clamped to
+    /// `1..=slots`) instead of the default `min(32, slots/8)`. Room is still
+    /// given back whenever the receiver finds the channel empty, before it
+    /// sleeps, and on [`release_consumed`](Self::release_consumed), so no
+    /// sender waits for room that a sleeping receiver holds. A receiver that
+    /// copies a whole batch out and then works for a long time (a shard
+    /// writer) sets this to the slot count: senders then wake once per batch
+    /// instead of once per 32 events.
+    pub fn set_release_every(&mut self, events: usize) {
+        self.release_every = events.clamp(1, self.chan.capacity.slots);
     }
 
     pub fn stats(&self) -> ChannelStats {
@@ -741,7 +757,7 @@ impl<H: Copy + Send> Receiver<H> {
             taken += 1;
             self.unreleased_count += 1;
             self.unreleased_bytes += u64::from(len);
-            if self.unreleased_count as usize >= self.chan.release_every {
+            if self.unreleased_count as usize >= self.release_every {
                 self.release();
             }
         }

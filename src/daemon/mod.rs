@@ -37,20 +37,76 @@ use std::thread::JoinHandle;
 pub struct Tunables {
     /// R5 stripe length L: consecutive events a drain sends to one shard.
     pub stripe_len: NonZeroU32,
-    /// Capacity of each shard's handoff channel (R9).
-    pub channel: Capacity,
+    /// Capacity of each shard's handoff channel (R9); `None` sizes it from
+    /// the shard count ([`Tunables::channel_for`]).
+    pub channel: Option<Capacity>,
 }
+
+/// All channels together hold at most about this many payload bytes.
+const CHANNEL_BYTES_TOTAL: u64 = 64 << 20;
+const CHANNEL_BYTES_PER_SHARD: (u64, u64) = (256 << 10, 4 << 20);
+/// Slots per KiB of byte budget: events average a few hundred bytes.
+const CHANNEL_SLOT_BYTES: u64 = 1024;
 
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             // 256 > 0, so this is never the None branch.
             stripe_len: NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN),
-            channel: Capacity {
-                slots: 1024,
-                bytes: 1 << 20,
-            },
+            channel: None,
         }
+    }
+}
+
+impl Tunables {
+    /// The channel capacity for `shards` shards: 4 MiB and 4096 slots each
+    /// (a writer's batch is about one channel-full, and bigger commits are
+    /// cheaper), shrinking with many shards so that all channels together
+    /// stay near 64 MiB (256 KiB and 256 slots each at 256 shards).
+    pub fn channel_for(&self, shards: usize) -> Capacity {
+        if let Some(c) = self.channel {
+            return c;
+        }
+        let (lo, hi) = CHANNEL_BYTES_PER_SHARD;
+        let bytes = (CHANNEL_BYTES_TOTAL / shards.max(1) as u64)
+            .clamp(lo, hi)
+            .next_power_of_two()
+            .min(hi);
+        Capacity {
+            slots: (bytes / CHANNEL_SLOT_BYTES) as usize,
+            bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_sizes_follow_the_shard_count_and_stay_valid() {
+        let t = Tunables::default();
+        for (shards, slots, bytes) in [
+            (1, 4096, 4 << 20),
+            (2, 4096, 4 << 20),
+            (16, 4096, 4 << 20),
+            (64, 1024, 1 << 20),
+            (256, 256, 256 << 10),
+            (1000, 256, 256 << 10),
+        ] {
+            let c = t.channel_for(shards);
+            assert_eq!((c.slots, c.bytes), (slots, bytes), "{shards} shards");
+            assert!(HandoffChannel::<Handoff>::new(c).is_ok());
+        }
+        let fixed = Capacity {
+            slots: 64,
+            bytes: 1 << 16,
+        };
+        let t = Tunables {
+            channel: Some(fixed),
+            ..t
+        };
+        assert_eq!(t.channel_for(2), fixed);
     }
 }
 
@@ -117,8 +173,10 @@ impl Daemon {
         tunables: Tunables,
         on_failure: FailureHook,
     ) -> Result<Daemon, DaemonError> {
-        // Checked before anything is created.
-        drop(HandoffChannel::<Handoff>::new(tunables.channel)?);
+        // An explicit capacity is checked before anything is created.
+        if let Some(capacity) = tunables.channel {
+            drop(HandoffChannel::<Handoff>::new(capacity)?);
+        }
         for dir in [
             &settings.data_dir,
             &settings.run_dir,
@@ -235,7 +293,7 @@ impl Daemon {
         let mut writer_stats = Vec::with_capacity(shards);
         let mut channels = Vec::with_capacity(shards);
         for (j, conn) in connections.into_iter().enumerate() {
-            let (tx, rx) = HandoffChannel::new(tunables.channel)?;
+            let (tx, rx) = HandoffChannel::new(tunables.channel_for(shards))?;
             senders.push(tx);
             channels.push(rx.monitor());
             let stats = Arc::new(WriterStats::default());

@@ -183,6 +183,7 @@ fn plan_from_runs(watermark: u64, mut runs: Vec<Run>) -> Option<RingPlan> {
 
 /// Opens a shard database read-only (queries and recovery never write).
 pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    super::configure_sqlite();
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,

@@ -142,6 +142,12 @@ impl ShardWriter {
         stats: Arc<WriterStats>,
         stopping: Arc<AtomicBool>,
     ) -> Self {
+        let mut rx = rx;
+        // The writer copies a batch out, then commits for a long while: room
+        // goes back once per batch (and whenever the channel is empty), not
+        // every 32 events, which would wake the drains dozens of times per
+        // commit.
+        rx.set_release_every(rx.capacity().slots);
         ShardWriter {
             path,
             conn,
