@@ -25,6 +25,8 @@ pub mod channel;
 pub mod config;
 #[cfg(not(loom))]
 pub mod daemon;
+#[cfg(not(loom))]
+pub mod query;
 pub mod rings;
 pub mod routing;
 #[cfg(not(loom))]

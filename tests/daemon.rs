@@ -89,6 +89,16 @@ impl Eventd {
     }
 }
 
+impl Drop for Eventd {
+    /// A failed test must not leave a daemon behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn signal(child: &Child, sig: i32) {
     // SAFETY: kill with the pid of a child we have not reaped yet.
     let rc = unsafe { libc::kill(child.id() as i32, sig) };

@@ -3,9 +3,11 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use eventd::config::{ConfigFile, Settings, DATA_DIR_DEFAULT};
+use eventd::query::render::{Output, Renderer};
+use eventd::query::{Cursor, EventRow, FanOut, Filter, GapRow, Order, Request};
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
-use std::io::BufRead;
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -26,6 +28,61 @@ enum Command {
     /// Emit one event (or one per line of standard input) into the ring of
     /// the CPU this process runs on.
     Emit(EmitArgs),
+    /// List stored events from every shard, merged in time order.
+    Query(QueryArgs),
+    /// What the daemon knows now: per ring, per channel, per shard.
+    Stats,
+    /// Shard files: size, event count, active or historical.
+    Shards,
+    /// The daemon's effective settings.
+    Config,
+}
+
+#[derive(clap::Args)]
+struct QueryArgs {
+    /// Events at or after this time: RFC 3339 ("2026-11-30T10:00:00Z") or
+    /// an age ("10m", "2h", "1d").
+    #[arg(long)]
+    since: Option<String>,
+    /// Events before this time (same forms as --since).
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long)]
+    cpu: Option<u32>,
+    /// This level or more severe (emerg … debug).
+    #[arg(long)]
+    level: Option<Level>,
+    #[arg(long)]
+    provider: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    pid: Option<u32>,
+    #[arg(long)]
+    uid: Option<u32>,
+    /// Only messages containing this text.
+    #[arg(long)]
+    grep: Option<String>,
+    /// Structured field equality KEY=VALUE (repeatable).
+    #[arg(long = "field", value_name = "KEY=VALUE")]
+    fields: Vec<String>,
+    /// At most this many events; the cursor of the next page is printed.
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Continue after a previous page's cursor.
+    #[arg(long)]
+    cursor: Option<String>,
+    /// Newest first.
+    #[arg(long)]
+    reverse: bool,
+    /// Keep streaming events as they commit.
+    #[arg(long, short = 'f', conflicts_with_all = ["offline", "limit"])]
+    follow: bool,
+    /// Read the shard files directly instead of asking the daemon.
+    #[arg(long)]
+    offline: bool,
+    #[arg(long, value_enum, default_value = "text")]
+    output: Output,
 }
 
 #[derive(clap::Args)]
@@ -66,8 +123,161 @@ fn run(args: Args) -> anyhow::Result<()> {
         None => ConfigFile::default(),
     };
     let settings = file.resolve(&args.data_dir)?;
+    let socket = settings.run_dir.join("query.sock");
     match args.command {
         Command::Emit(emit) => run_emit(&settings, emit),
+        Command::Query(q) => run_query(&settings, q),
+        Command::Stats => report(&socket, Request::Stats),
+        Command::Shards => report(&socket, Request::Shards),
+        Command::Config => report(&socket, Request::Config),
+    }
+}
+
+/// A point in time from the command line: RFC 3339, or an age before now.
+fn parse_time(text: &str) -> anyhow::Result<i64> {
+    let system_ns = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64)
+    };
+    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
+        return Ok(system_ns(t));
+    }
+    match humantime::parse_duration(text) {
+        Ok(age) => Ok(now_ns() - age.as_nanos() as i64),
+        Err(_) => bail!(
+            "{text:?} is neither an RFC 3339 time (2026-11-30T10:00:00Z) nor an age (10m, 2h)"
+        ),
+    }
+}
+
+fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
+    let mut fields = Vec::new();
+    for kv in &q.fields {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--field {kv:?}: expected KEY=VALUE");
+        };
+        fields.push((k.to_string(), v.to_string()));
+    }
+    Ok(Filter {
+        since_ns: q.since.as_deref().map(parse_time).transpose()?,
+        until_ns: q.until.as_deref().map(parse_time).transpose()?,
+        cpu: q.cpu,
+        level: q.level.map(|l| l as u8),
+        provider: q.provider.clone(),
+        name: q.name.clone(),
+        pid: q.pid,
+        uid: q.uid,
+        text: q.grep.clone(),
+        fields,
+        order: if q.reverse {
+            Order::NewestFirst
+        } else {
+            Order::OldestFirst
+        },
+        after: match &q.cursor {
+            Some(t) => {
+                Some(Cursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?)
+            }
+            None => None,
+        },
+        limit: q.limit,
+    })
+}
+
+fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
+    let filter = filter_of(&q)?;
+    let stdout = std::io::stdout();
+    let colour = stdout.is_terminal();
+    let mut out = Renderer::new(stdout.lock(), q.output, colour);
+    let mut count = 0u64;
+    let mut last = None;
+    if q.offline {
+        let mut fan = FanOut::open(&settings.store_dir, filter.clone(), None)
+            .with_context(|| format!("reading {}", settings.store_dir.display()))?;
+        while let Some(e) = fan.next_event() {
+            last = Some(e.cursor());
+            count += 1;
+            out.event(&e).or_else(broken_pipe)?;
+        }
+        for g in fan.gaps() {
+            out.gap(&g).or_else(broken_pipe)?;
+        }
+        for w in &fan.warnings {
+            eprintln!("eventctl: warning: {w}");
+        }
+    } else {
+        let request = Request::Query {
+            filter: filter.clone(),
+            follow: q.follow,
+        };
+        let mut failure = None;
+        eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
+            if let Some(e) = v.get("event") {
+                let e: EventRow =
+                    serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
+                last = Some(e.cursor());
+                count += 1;
+                out.event(&e)?;
+                if q.follow {
+                    out.flush()?;
+                }
+            } else if let Some(g) = v.get("gap") {
+                let g: GapRow = serde_json::from_value(g.clone()).map_err(std::io::Error::other)?;
+                out.gap(&g)?;
+            } else if let Some(w) = v.get("warning") {
+                eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
+            } else if let Some(e) = v.get("error") {
+                failure = Some(format!(
+                    "eventd refused the query ({}): {}",
+                    e["code"].as_str().unwrap_or("?"),
+                    e["message"].as_str().unwrap_or("")
+                ));
+            }
+            Ok(true)
+        })
+        .or_else(broken_pipe)?;
+        if let Some(f) = failure {
+            bail!(f);
+        }
+    }
+    out.flush().or_else(broken_pipe)?;
+    if let (Some(limit), Some(c)) = (filter.limit, last) {
+        if count == limit {
+            eprintln!("next page: --cursor {}", c.token());
+        }
+    }
+    Ok(())
+}
+
+/// A reader that went away (`eventctl query | head`) is not an error.
+fn broken_pipe(e: std::io::Error) -> std::io::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+fn report(socket: &std::path::Path, request: Request) -> anyhow::Result<()> {
+    let mut failure = None;
+    eventd::query::client::call(socket, &request, |v| {
+        if let Some(e) = v.get("error") {
+            failure = Some(format!(
+                "eventd refused ({}): {}",
+                e["code"].as_str().unwrap_or("?"),
+                e["message"].as_str().unwrap_or("")
+            ));
+        } else {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?
+            );
+        }
+        Ok(true)
+    })?;
+    match failure {
+        Some(f) => bail!(f),
+        None => Ok(()),
     }
 }
 

@@ -23,6 +23,9 @@ pub const MAX_BATCH_SIZE_RANGE: (u64, u64) = (1, 1_000_000);
 pub const MAX_CONCURRENT_QUERIES_DEFAULT: u64 = 128;
 pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
 
+/// `QueryGroup`: who may query besides root and eventd's own user.
+pub const QUERY_GROUP_DEFAULT: &str = "eventd";
+
 /// `RingBytes`: the size of each per-CPU ring file created by eventd.
 pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as u64;
 pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
@@ -46,6 +49,9 @@ pub struct ConfigFile {
     pub retention_max_age: Option<String>,
     /// Keep the store under this many bytes (unset = no limit).
     pub retention_max_bytes: Option<i64>,
+    /// Members of this group may query (root and eventd's own user always
+    /// may). Default "eventd"; a group that does not exist allows no one else.
+    pub query_group: Option<String>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -67,7 +73,7 @@ pub enum ConfigError {
 }
 
 /// The settings the daemon runs with: every value checked, paths resolved.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Settings {
     pub data_dir: PathBuf,
     pub storage_shards: i64,
@@ -79,6 +85,7 @@ pub struct Settings {
     pub ring_bytes: u64,
     pub retention_max_age: Option<Duration>,
     pub retention_max_bytes: Option<u64>,
+    pub query_group: String,
 }
 
 impl ConfigFile {
@@ -142,6 +149,10 @@ impl ConfigFile {
                 None => None,
                 Some(text) => Some(parse_age(text)?),
             },
+            query_group: self
+                .query_group
+                .clone()
+                .unwrap_or_else(|| QUERY_GROUP_DEFAULT.to_string()),
             retention_max_bytes: match self.retention_max_bytes {
                 None => None,
                 Some(v) => Some(ranged(

@@ -12,6 +12,7 @@
 
 pub mod drain;
 mod lock;
+mod report;
 pub mod signals;
 
 pub use drain::{DrainStats, DrainThread};
@@ -129,6 +130,11 @@ pub enum DaemonError {
     Limit(std::io::Error),
     #[error("cannot start a thread: {0}")]
     Spawn(std::io::Error),
+    #[error("query socket in {path}: {source}")]
+    Query {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("handoff channel capacity: {0}")]
     Channel(#[from] crate::channel::CapacityError),
     #[error("{0}")]
@@ -163,6 +169,7 @@ pub struct Daemon {
     stopping: Arc<AtomicBool>,
     drains: Vec<JoinHandle<Result<(), String>>>,
     writers: Vec<JoinHandle<Result<(), String>>>,
+    query: Option<crate::query::QueryServer>,
     lock: DataDirLock,
 }
 
@@ -353,6 +360,29 @@ impl Daemon {
             needed_descriptors: needed,
             trackers,
         });
+        let group = crate::query::server::group_id(&settings.query_group);
+        if group.is_none() {
+            log::warn!(
+                "query group {:?} does not exist: only root and eventd's own user may query",
+                settings.query_group
+            );
+        }
+        let reporter: crate::query::server::Reporter = {
+            let state = state.clone();
+            let settings = settings.clone();
+            Arc::new(move |request| report::answer(&state, &settings, request))
+        };
+        let query = crate::query::QueryServer::start(
+            &settings.run_dir,
+            &settings.store_dir,
+            settings.max_concurrent_queries,
+            crate::query::Access { group },
+            reporter,
+        )
+        .map_err(|source| DaemonError::Query {
+            path: settings.run_dir.clone(),
+            source,
+        })?;
         lock.mark_ready()?;
         Ok(Daemon {
             state,
@@ -360,6 +390,7 @@ impl Daemon {
             stopping,
             drains,
             writers,
+            query: Some(query),
             lock,
         })
     }
@@ -375,7 +406,9 @@ impl Daemon {
 
     /// Stops (if not asked yet) and waits for every thread: drains first,
     /// then writers, which commit everything they were handed.
-    pub fn join(self) -> Result<(), DaemonError> {
+    pub fn join(mut self) -> Result<(), DaemonError> {
+        // No new queries; running ones end when their connection does.
+        drop(self.query.take());
         self.stop();
         let mut failures = Vec::new();
         for handle in self.drains.into_iter().chain(self.writers) {

@@ -1,0 +1,103 @@
+//! What `eventctl stats`, `shards` and `config` show: built from the
+//! daemon's live state for the query server.
+
+use super::DaemonState;
+use crate::config::Settings;
+use crate::query::Request;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+
+pub fn answer(state: &DaemonState, settings: &Settings, request: &Request) -> Value {
+    match request {
+        Request::Stats => json!({ "stats": stats(state) }),
+        Request::Shards => json!({ "shards": shards(state, settings) }),
+        Request::Config => json!({ "config": {
+            "effective": settings,
+            "deferred": [],
+            "note": "settings are read at start; a change applies at the next restart",
+        }}),
+        Request::Query { .. } => {
+            json!({ "error": { "code": "internal", "message": "not a report" } })
+        }
+    }
+}
+
+fn stats(state: &DaemonState) -> Value {
+    let rings: Vec<Value> = state
+        .rings
+        .iter()
+        .zip(&state.drains)
+        .enumerate()
+        .map(|(ordinal, (ring, drain))| {
+            json!({
+                "ordinal": ordinal,
+                "cpu": ring.cpu(),
+                "epoch": format!("{:016x}", ring.epoch()),
+                "page_count": ring.geometry().page_count,
+                "backlog_pages": ring.backlog_pages(),
+                "producer_refusals": ring.producer_refusals(),
+                "drained_events": drain.events.load(Ordering::Relaxed),
+                "lost": drain.lost.load(Ordering::Relaxed),
+                "skipped_after_restart": drain.skipped.load(Ordering::Relaxed),
+                "shards": state.assignment[ordinal],
+                "committed_through": state.trackers[ordinal].watermark(),
+            })
+        })
+        .collect();
+    let shards: Vec<Value> = state
+        .writers
+        .iter()
+        .zip(&state.channels)
+        .enumerate()
+        .map(|(j, (w, ch))| {
+            let c = ch.stats();
+            let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
+            json!({
+                "shard": j,
+                "path": state.shard_paths[j],
+                "events": w.events.load(Ordering::Relaxed),
+                "lost": w.lost.load(Ordering::Relaxed),
+                "commits": w.commits.load(Ordering::Relaxed),
+                "batch_max": w.batch_max.load(Ordering::Relaxed),
+                "commit_errors": w.commit_errors.load(Ordering::Relaxed),
+                "last_error": *w.last_error.lock().unwrap_or_else(|p| p.into_inner()),
+                "latency_us_p50": h.latency_us.value_at_quantile(0.5),
+                "latency_us_p99": h.latency_us.value_at_quantile(0.99),
+                "channel": {
+                    "slots": c.capacity.slots,
+                    "bytes": c.capacity.bytes,
+                    "occupied_slots": c.occupied_slots,
+                    "occupied_bytes": c.occupied_bytes,
+                    "full_stalls": c.full_stalls,
+                },
+            })
+        })
+        .collect();
+    json!({ "rings": rings, "shards": shards, "descriptor_allowance": state.needed_descriptors })
+}
+
+fn shards(state: &DaemonState, settings: &Settings) -> Value {
+    let paths = crate::store::list_databases(&settings.store_dir).unwrap_or_default();
+    let list: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            let size = |suffix: &str| {
+                let mut name = p.as_os_str().to_owned();
+                name.push(suffix);
+                std::fs::metadata(&name).map_or(0, |m| m.len())
+            };
+            let events = crate::store::recovery::open_read_only(p).and_then(|c| {
+                c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+            });
+            json!({
+                "path": p,
+                "bytes": size(""),
+                "wal_bytes": size("-wal"),
+                "events": events.as_ref().ok(),
+                "error": events.err().map(|e| e.to_string()),
+                "active": state.shard_paths.contains(p),
+            })
+        })
+        .collect();
+    Value::Array(list)
+}

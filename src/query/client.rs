@@ -1,0 +1,37 @@
+//! The client side of the query protocol (used by `eventctl`).
+
+use super::protocol::Request;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// Sends `request` to the daemon listening at `socket` and hands every
+/// answer line, parsed, to `each` until the server closes the connection or
+/// `each` returns false.
+pub fn call(
+    socket: &Path,
+    request: &Request,
+    mut each: impl FnMut(serde_json::Value) -> std::io::Result<bool>,
+) -> std::io::Result<()> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot reach eventd at {}: {e} (is it running with this --data-dir? \
+                 `eventctl query --offline` reads the shard files without it)",
+                socket.display()
+            ),
+        )
+    })?;
+    let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
+    stream.write_all(line.as_bytes())?;
+    stream.write_all(b"\n")?;
+    for line in BufReader::new(stream).lines() {
+        let value: serde_json::Value = serde_json::from_str(&line?)
+            .map_err(|e| std::io::Error::other(format!("malformed answer from eventd: {e}")))?;
+        if !each(value)? {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! The fan-out reader: every `*.db` in the store directory, opened
+//! read-only, filtered in SQL, merged into one stream in
+//! `(ts, cpu, seq, ring_epoch)` order (R7: whatever configuration wrote a
+//! file, it is read).
+//!
+//! Memory stays bounded: each shard is read in pages of [`PAGE_ROWS`] rows
+//! by keyset (the next page starts after the last key read), and a heap
+//! holds one head row per shard.
+
+use super::filter::{Cursor, Filter, Order};
+use crate::store::recovery::open_read_only;
+use rusqlite::{Connection, ToSql};
+use serde::{Deserialize, Serialize};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+/// Rows fetched from one shard at a time.
+pub const PAGE_ROWS: usize = 256;
+
+/// One stored event, as queries return it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRow {
+    pub ts: i64,
+    pub cpu: u32,
+    pub seq: u64,
+    pub ring_epoch: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub level: u8,
+    pub provider: String,
+    pub name: String,
+    pub message: String,
+    /// JSON object text, or absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<String>,
+}
+
+impl EventRow {
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            ts: self.ts,
+            cpu: self.cpu,
+            seq: self.seq,
+            ring_epoch: self.ring_epoch,
+        }
+    }
+
+    pub(crate) fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+        Ok(EventRow {
+            ts: r.get(0)?,
+            cpu: r.get(1)?,
+            seq: r.get::<_, i64>(2)? as u64,
+            ring_epoch: r.get(3)?,
+            pid: r.get(4)?,
+            tid: r.get(5)?,
+            uid: r.get(6)?,
+            level: r.get(7)?,
+            provider: r.get(8)?,
+            name: r.get(9)?,
+            message: r.get(10)?,
+            fields: r.get(11)?,
+        })
+    }
+}
+
+/// Sequence numbers lost, as stored by the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GapRow {
+    pub ring_epoch: i64,
+    pub cpu: u32,
+    pub from_seq: u64,
+    pub to_seq: u64,
+    pub lost: u64,
+    pub reason: String,
+    /// Last event seen before the gap (0 if none) and when it was found: the
+    /// lost events lie between.
+    pub ts_before: i64,
+    pub detected_at: i64,
+}
+
+struct ShardStream {
+    path: PathBuf,
+    conn: Connection,
+    rows: VecDeque<EventRow>,
+    /// Key of the last row fetched (the next page starts after it).
+    last: Option<Cursor>,
+    /// Only rows with `id <= id_max` (a follow query's snapshot).
+    id_max: Option<i64>,
+    exhausted: bool,
+}
+
+/// A shard's head row in the merge heap, ordered so that the heap's top is
+/// the next row to return.
+struct Head {
+    key: Cursor,
+    shard: usize,
+    newest_first: bool,
+}
+
+impl PartialEq for Head {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key && self.shard == other.shard
+    }
+}
+impl Eq for Head {}
+impl PartialOrd for Head {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Head {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let by_key = if self.newest_first {
+            self.key.cmp(&other.key)
+        } else {
+            other.key.cmp(&self.key)
+        };
+        by_key.then(other.shard.cmp(&self.shard))
+    }
+}
+
+/// A running query over every shard.
+pub struct FanOut {
+    shards: Vec<ShardStream>,
+    heap: BinaryHeap<Head>,
+    filter: Filter,
+    where_sql: String,
+    params: Vec<rusqlite::types::Value>,
+    returned: u64,
+    /// Shards that could not be read (named), beside the results.
+    pub warnings: Vec<String>,
+}
+
+impl FanOut {
+    /// Opens every `*.db` in `store_dir`. A file that cannot be opened is
+    /// named in `warnings`; the others answer. With `bounds`, each shard
+    /// only lists rows up to its id there (shards not in it: none).
+    pub fn open(
+        store_dir: &Path,
+        filter: Filter,
+        bounds: Option<&HashMap<PathBuf, i64>>,
+    ) -> std::io::Result<FanOut> {
+        let paths = crate::store::list_databases(store_dir).map_err(std::io::Error::other)?;
+        let sql = filter.sql();
+        let mut fan = FanOut {
+            shards: Vec::new(),
+            heap: BinaryHeap::new(),
+            filter,
+            where_sql: sql.clause,
+            params: sql.params,
+            returned: 0,
+            warnings: Vec::new(),
+        };
+        for path in paths {
+            match open_read_only(&path).and_then(|c| {
+                // Not an event database (no events table): nothing to say.
+                let has: i64 = c.query_row(
+                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'",
+                    [],
+                    |r| r.get(0),
+                )?;
+                Ok((c, has > 0))
+            }) {
+                Ok((conn, true)) => fan.shards.push(ShardStream {
+                    id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
+                    path,
+                    conn,
+                    rows: VecDeque::new(),
+                    last: fan.filter.after,
+                    exhausted: false,
+                }),
+                Ok((_, false)) => {}
+                Err(e) => fan
+                    .warnings
+                    .push(format!("{}: not read: {e}", path.display())),
+            }
+        }
+        for i in 0..fan.shards.len() {
+            fan.refill(i);
+        }
+        Ok(fan)
+    }
+
+    /// Number of databases answering.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The next event in order, or `None` at the end (or the limit).
+    pub fn next_event(&mut self) -> Option<EventRow> {
+        if self.filter.limit.is_some_and(|l| self.returned >= l) {
+            return None;
+        }
+        let head = self.heap.pop()?;
+        let row = self.shards[head.shard].rows.pop_front()?;
+        self.refill(head.shard);
+        self.returned += 1;
+        Some(row)
+    }
+
+    /// Puts shard `i`'s next row in the heap, fetching a page if needed.
+    fn refill(&mut self, i: usize) {
+        if self.shards[i].rows.is_empty() && !self.shards[i].exhausted {
+            if let Err(e) = self.fetch_page(i) {
+                let s = &mut self.shards[i];
+                s.exhausted = true;
+                self.warnings
+                    .push(format!("{}: stopped answering: {e}", s.path.display()));
+            }
+        }
+        let newest_first = self.filter.order == Order::NewestFirst;
+        if let Some(row) = self.shards[i].rows.front() {
+            self.heap.push(Head {
+                key: row.cursor(),
+                shard: i,
+                newest_first,
+            });
+        }
+    }
+
+    fn fetch_page(&mut self, i: usize) -> rusqlite::Result<()> {
+        let (cmp, dir) = match self.filter.order {
+            Order::OldestFirst => (">", "ASC"),
+            Order::NewestFirst => ("<", "DESC"),
+        };
+        let s = &mut self.shards[i];
+        let mut params: Vec<&dyn ToSql> = self.params.iter().map(|v| v as &dyn ToSql).collect();
+        let id_max;
+        let bound = match s.id_max {
+            Some(m) => {
+                id_max = m;
+                params.push(&id_max);
+                format!(" AND id <= ?{}", params.len())
+            }
+            None => String::new(),
+        };
+        let after;
+        let keyset = match &s.last {
+            Some(c) => {
+                after = [c.ts, i64::from(c.cpu), c.seq as i64, c.ring_epoch];
+                let n = params.len();
+                for v in &after {
+                    params.push(v);
+                }
+                format!(
+                    " AND (ts, cpu, seq, ring_epoch) {cmp} (?{}, ?{}, ?{}, ?{})",
+                    n + 1,
+                    n + 2,
+                    n + 3,
+                    n + 4
+                )
+            }
+            None => String::new(),
+        };
+        let sql = format!(
+            "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, message, \
+             fields FROM events WHERE {}{bound}{keyset} \
+             ORDER BY ts {dir}, cpu {dir}, seq {dir}, ring_epoch {dir} LIMIT {PAGE_ROWS}",
+            self.where_sql
+        );
+        let mut stmt = s.conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params.as_slice(), EventRow::from_row)?;
+        let mut n = 0;
+        for row in rows {
+            s.rows.push_back(row?);
+            n += 1;
+        }
+        s.last = s.rows.back().map(EventRow::cursor).or(s.last);
+        if n < PAGE_ROWS {
+            s.exhausted = true;
+        }
+        Ok(())
+    }
+
+    /// Gaps whose time span meets the query's window (and cpu, if given),
+    /// from every shard.
+    pub fn gaps(&mut self) -> Vec<GapRow> {
+        let mut gaps = Vec::new();
+        let since = self.filter.since_ns.unwrap_or(i64::MIN);
+        let until = self.filter.until_ns.unwrap_or(i64::MAX);
+        let cpu = self.filter.cpu.map(i64::from);
+        for s in &self.shards {
+            let result = s
+                .conn
+                .prepare_cached(
+                    "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+                     detected_at FROM gaps WHERE detected_at >= ?1 AND ts_before < ?2 \
+                     AND (?3 IS NULL OR cpu = ?3) ORDER BY detected_at",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_map(rusqlite::params![since, until, cpu], |r| {
+                        Ok(GapRow {
+                            ring_epoch: r.get(0)?,
+                            cpu: r.get(1)?,
+                            from_seq: r.get::<_, i64>(2)? as u64,
+                            to_seq: r.get::<_, i64>(3)? as u64,
+                            lost: r.get::<_, i64>(4)? as u64,
+                            reason: r.get(5)?,
+                            ts_before: r.get(6)?,
+                            detected_at: r.get(7)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                });
+            match result {
+                Ok(mut found) => gaps.append(&mut found),
+                Err(e) => self
+                    .warnings
+                    .push(format!("{}: gaps not read: {e}", s.path.display())),
+            }
+        }
+        gaps.sort_by_key(|g| (g.detected_at, g.cpu, g.from_seq));
+        gaps
+    }
+}

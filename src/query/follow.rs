@@ -1,0 +1,88 @@
+//! `--follow`: after listing what exists, stream what commits later.
+//!
+//! At the start the follower notes each shard's highest row id; the listing
+//! covers rows up to it, and then each poll reads, per shard, the rows with
+//! higher ids (rows are appended with increasing ids and never updated), so
+//! every event is sent exactly once even when shards commit out of time
+//! order.
+
+use super::fanout::EventRow;
+use super::filter::Filter;
+use crate::store::recovery::open_read_only;
+use rusqlite::{Connection, ToSql};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often a follower looks for new rows.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Rows read from one shard per poll at most.
+const POLL_ROWS: usize = 4096;
+
+pub struct Follower {
+    shards: Vec<(PathBuf, Connection, i64)>,
+    where_sql: String,
+    params: Vec<rusqlite::types::Value>,
+}
+
+impl Follower {
+    /// Notes every event database's highest id now.
+    pub fn snapshot(store_dir: &Path, filter: &Filter) -> std::io::Result<Follower> {
+        let sql = filter.sql();
+        let mut shards = Vec::new();
+        for path in crate::store::list_databases(store_dir).map_err(std::io::Error::other)? {
+            let Ok(conn) = open_read_only(&path) else {
+                continue; // the listing names it in a warning
+            };
+            let Ok(max) = conn.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| {
+                r.get::<_, i64>(0)
+            }) else {
+                continue;
+            };
+            shards.push((path, conn, max));
+        }
+        Ok(Follower {
+            shards,
+            where_sql: sql.clause,
+            params: sql.params,
+        })
+    }
+
+    /// Each shard's highest id at the snapshot.
+    pub fn bounds(&self) -> HashMap<PathBuf, i64> {
+        self.shards
+            .iter()
+            .map(|(p, _, max)| (p.clone(), *max))
+            .collect()
+    }
+
+    /// Matching rows committed since the last poll, oldest first.
+    pub fn poll(&mut self) -> std::io::Result<Vec<EventRow>> {
+        let mut rows = Vec::new();
+        for (path, conn, last) in &mut self.shards {
+            let mut params: Vec<&dyn ToSql> = self.params.iter().map(|v| v as &dyn ToSql).collect();
+            let after = *last;
+            params.push(&after);
+            let sql = format!(
+                "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, \
+                 message, fields, id FROM events WHERE {} AND id > ?{} ORDER BY id LIMIT {POLL_ROWS}",
+                self.where_sql,
+                params.len()
+            );
+            let found = conn.prepare_cached(&sql).and_then(|mut stmt| {
+                stmt.query_map(params.as_slice(), |r| {
+                    Ok((EventRow::from_row(r)?, r.get::<_, i64>(12)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            });
+            let found =
+                found.map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
+            if let Some((_, id)) = found.last() {
+                *last = *id;
+            }
+            rows.extend(found.into_iter().map(|(row, _)| row));
+        }
+        rows.sort_by_key(EventRow::cursor);
+        Ok(rows)
+    }
+}

@@ -1,0 +1,17 @@
+//! Queries: read every shard database in the store directory read-only
+//! (R7), filter in SQL, merge in `(ts, cpu, seq)` order; the query server
+//! that serves them on a Unix socket. Nothing here writes SQLite or knows
+//! the writers.
+
+pub mod fanout;
+pub mod filter;
+pub mod follow;
+pub mod protocol;
+pub mod server;
+
+pub use fanout::{EventRow, FanOut, GapRow};
+pub use filter::{Cursor, Filter, Order};
+pub use protocol::Request;
+pub use server::{Access, QueryServer};
+pub mod client;
+pub mod render;

@@ -1,0 +1,118 @@
+//! How `eventctl` prints events: human text (coloured on a terminal), JSON
+//! lines, or an aligned table.
+
+use super::fanout::{EventRow, GapRow};
+use crate::rings::Level;
+use std::io::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+    Table,
+}
+
+pub struct Renderer<W: Write> {
+    out: W,
+    format: Output,
+    colour: bool,
+    header_done: bool,
+}
+
+fn time(ts: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ts.max(0) as u64);
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+fn level_name(level: u8) -> &'static str {
+    Level::from_u8(level).map_or("?", Level::name)
+}
+
+impl<W: Write> Renderer<W> {
+    pub fn new(out: W, format: Output, colour: bool) -> Self {
+        Renderer {
+            out,
+            format,
+            colour,
+            header_done: false,
+        }
+    }
+
+    pub fn event(&mut self, e: &EventRow) -> std::io::Result<()> {
+        match self.format {
+            Output::Json => writeln!(self.out, "{}", serde_json::to_string(e)?),
+            Output::Text => {
+                let level = level_name(e.level);
+                let (on, off) = match (self.colour, e.level) {
+                    (false, _) => ("", ""),
+                    (true, 0..=3) => ("\x1b[1;31m", "\x1b[0m"),
+                    (true, 4) => ("\x1b[33m", "\x1b[0m"),
+                    (true, 7) => ("\x1b[2m", "\x1b[0m"),
+                    (true, _) => ("", ""),
+                };
+                write!(
+                    self.out,
+                    "{} cpu{} #{} {on}{level:<7}{off} {}/{}[{}]: {on}{}{off}",
+                    time(e.ts),
+                    e.cpu,
+                    e.seq,
+                    e.provider,
+                    e.name,
+                    e.pid,
+                    e.message
+                )?;
+                match &e.fields {
+                    Some(f) => writeln!(self.out, " {f}"),
+                    None => writeln!(self.out),
+                }
+            }
+            Output::Table => {
+                if !self.header_done {
+                    self.header_done = true;
+                    writeln!(
+                        self.out,
+                        "{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  MESSAGE",
+                        "TIME", "CPU", "SEQ", "LEVEL", "PROVIDER", "NAME", "PID"
+                    )?;
+                }
+                writeln!(
+                    self.out,
+                    "{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  {}",
+                    time(e.ts),
+                    e.cpu,
+                    e.seq,
+                    level_name(e.level),
+                    e.provider,
+                    e.name,
+                    e.pid,
+                    e.message
+                )
+            }
+        }
+    }
+
+    pub fn gap(&mut self, g: &GapRow) -> std::io::Result<()> {
+        match self.format {
+            Output::Json => writeln!(self.out, "{}", serde_json::json!({ "gap": g })),
+            _ => writeln!(
+                self.out,
+                "-- {} events lost on cpu {} ({}, sequences {}..={}) between {} and {} --",
+                g.lost,
+                g.cpu,
+                g.reason,
+                g.from_seq,
+                g.to_seq,
+                if g.ts_before > 0 {
+                    time(g.ts_before)
+                } else {
+                    "the ring's start".to_string()
+                },
+                time(g.detected_at)
+            ),
+        }
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
