@@ -12,6 +12,7 @@
 mod ceiling;
 mod load;
 mod pipeline;
+mod querybench;
 mod report;
 mod system;
 
@@ -49,6 +50,9 @@ struct Args {
     /// A fixed total rate in events/s instead of flat out.
     #[arg(long)]
     rate: Option<u64>,
+    /// Events stored for the query scenario (in each layout).
+    #[arg(long, default_value_t = 10_000_000)]
+    query_events: u64,
     /// Run every point this many times (interleaved) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
@@ -73,6 +77,9 @@ enum Scenario {
     Channel,
     /// SQLite settings measured on the bare ceiling (no pipeline).
     Pragmas,
+    /// Time to the first and the 100th result of a time-range query over 1,
+    /// 16 and 256 databases holding the same events (--query-events).
+    Query,
     /// Baseline and every sweep.
     All,
 }
@@ -87,6 +94,7 @@ impl Scenario {
             Scenario::Stripe => "stripe",
             Scenario::Channel => "channel",
             Scenario::Pragmas => "pragmas",
+            Scenario::Query => "query",
             Scenario::All => "all",
         }
     }
@@ -131,6 +139,10 @@ fn main() -> anyhow::Result<()> {
     for scenario in scenarios {
         if scenario == Scenario::Pragmas {
             run_pragmas(&args, sizes, &work)?;
+            continue;
+        }
+        if scenario == Scenario::Query {
+            last = Some(run_query_bench(&args, &work)?);
             continue;
         }
         last = Some(run_scenario(scenario, &args, &setup, sizes, &work)?);
@@ -243,7 +255,7 @@ fn run_scenario(
             )
         })
         .collect(),
-        Scenario::All | Scenario::Pragmas => unreachable!("handled by main"),
+        Scenario::All | Scenario::Pragmas | Scenario::Query => unreachable!("handled by main"),
     };
     let progress = indicatif::ProgressBar::new_spinner();
     progress.enable_steady_tick(Duration::from_millis(200));
@@ -358,14 +370,14 @@ fn run_scenario(
 fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
     let variants: [(&str, &[&str]); 7] = [
         (
-            "shipped (WAL, synchronous=NORMAL, 16 MiB cache, checkpoint 4096)",
+            "shipped (WAL, synchronous=NORMAL, 16 MiB cache, checkpoint 1000)",
             &[],
         ),
         ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
         ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
         (
-            "wal_autocheckpoint=1000 (SQLite default)",
-            &["PRAGMA wal_autocheckpoint = 1000"],
+            "wal_autocheckpoint=4096",
+            &["PRAGMA wal_autocheckpoint = 4096"],
         ),
         (
             "wal_autocheckpoint=16384",
@@ -404,4 +416,33 @@ fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
     std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
     println!("\nreport: {}", json.display());
     Ok(())
+}
+
+fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String> {
+    let points = querybench::run(work, args.query_events, args.repeat.max(5))?;
+    println!(
+        "\n## query ({} events; time range over the middle fifth, 100 results)\n",
+        args.query_events
+    );
+    println!("| databases | order | first result µs | 100 results µs | vs one database |");
+    println!("|---|---|---|---|---|");
+    let mut worst_16 = 0f64;
+    for p in &points {
+        let base = points
+            .iter()
+            .find(|b| b.databases == 1 && b.order == p.order)
+            .map_or(1, |b| b.hundred_results_us.max(1));
+        let ratio = p.hundred_results_us as f64 / base as f64;
+        if p.databases == 16 {
+            worst_16 = worst_16.max(ratio);
+        }
+        println!(
+            "| {} | {:?} | {} | {} | {:.1}× |",
+            p.databases, p.order, p.first_result_us, p.hundred_results_us, ratio
+        );
+    }
+    let json = args.results.join("query.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&points)?)?;
+    println!("\nreport: {}", json.display());
+    Ok(format!("query_16_shards_vs_one={worst_16:.1}"))
 }

@@ -8,14 +8,18 @@
 //! holds one head row per shard.
 
 use super::filter::{Cursor, Filter, Order};
-use crate::store::recovery::open_read_only;
+use rusqlite::OpenFlags;
 use rusqlite::{Connection, ToSql};
 use serde::{Deserialize, Serialize};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-/// Rows fetched from one shard at a time.
+/// Rows fetched from one shard at a time, at most. The first page of each
+/// shard is small ([`FIRST_PAGE_ROWS`]) and pages double from there: a
+/// query that wants 100 rows of 16 shards mostly needs each shard's first
+/// row only (stripes keep runs of events in one shard).
 pub const PAGE_ROWS: usize = 256;
+pub const FIRST_PAGE_ROWS: usize = 8;
 
 /// One stored event, as queries return it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +91,8 @@ struct ShardStream {
     last: Option<Cursor>,
     /// Only rows with `id <= id_max` (a follow query's snapshot).
     id_max: Option<i64>,
+    /// Rows the next page asks for.
+    page: usize,
     exhausted: bool,
 }
 
@@ -153,7 +159,7 @@ impl FanOut {
             warnings: Vec::new(),
         };
         for path in paths {
-            match open_read_only(&path).and_then(|c| {
+            match open_events(&path).and_then(|c| {
                 // Not an event database (no events table): nothing to say.
                 let has: i64 = c.query_row(
                     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'",
@@ -168,6 +174,7 @@ impl FanOut {
                     conn,
                     rows: VecDeque::new(),
                     last: fan.filter.after,
+                    page: FIRST_PAGE_ROWS,
                     exhausted: false,
                 }),
                 Ok((_, false)) => {}
@@ -243,12 +250,14 @@ impl FanOut {
                 for v in &after {
                     params.push(v);
                 }
+                // The plain `ts` bound lets SQLite range-scan the ts index;
+                // the row value then picks up exactly after the cursor.
                 format!(
-                    " AND (ts, cpu, seq, ring_epoch) {cmp} (?{}, ?{}, ?{}, ?{})",
-                    n + 1,
+                    " AND ts {cmp}= ?{a} AND (ts, cpu, seq, ring_epoch) {cmp} (?{a}, ?{}, ?{}, ?{})",
                     n + 2,
                     n + 3,
-                    n + 4
+                    n + 4,
+                    a = n + 1
                 )
             }
             None => String::new(),
@@ -256,9 +265,17 @@ impl FanOut {
         let sql = format!(
             "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, message, \
              fields FROM events WHERE {}{bound}{keyset} \
-             ORDER BY ts {dir}, cpu {dir}, seq {dir}, ring_epoch {dir} LIMIT {PAGE_ROWS}",
-            self.where_sql
+             ORDER BY ts {dir}, cpu {dir}, seq {dir}, ring_epoch {dir} LIMIT ?{}",
+            self.where_sql,
+            params.len() + 1
         );
+        // A page never asks for more than the query still wants.
+        let left = self
+            .filter
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(self.returned));
+        let page = (s.page as u64).min(left.max(1)) as i64;
+        params.push(&page);
         let mut stmt = s.conn.prepare_cached(&sql)?;
         let rows = stmt.query_map(params.as_slice(), EventRow::from_row)?;
         let mut n = 0;
@@ -267,9 +284,10 @@ impl FanOut {
             n += 1;
         }
         s.last = s.rows.back().map(EventRow::cursor).or(s.last);
-        if n < PAGE_ROWS {
+        if n < page {
             s.exhausted = true;
         }
+        s.page = (s.page * 2).min(PAGE_ROWS);
         Ok(())
     }
 
@@ -313,4 +331,16 @@ impl FanOut {
         gaps.sort_by_key(|g| (g.detected_at, g.cpu, g.from_seq));
         gaps
     }
+}
+
+/// Opens a shard read-only for a query (one open, no statement: the events
+/// table check that follows also proves it is a database).
+fn open_events(path: &Path) -> rusqlite::Result<Connection> {
+    crate::store::configure_sqlite();
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(conn)
 }

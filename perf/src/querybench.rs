@@ -1,0 +1,120 @@
+//! The query bench: the same events stored in one database, in 16 shards
+//! and in 256 shards; a time-range query through eventd's fan-out reader,
+//! timed to its first result and to its 100th.
+
+use eventd::query::{FanOut, Filter, Order};
+use rusqlite::params;
+use serde::Serialize;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QueryPoint {
+    pub databases: usize,
+    pub events: u64,
+    pub order: Order,
+    /// Medians of the repeats.
+    pub first_result_us: u64,
+    pub hundred_results_us: u64,
+}
+
+const STRIPE: u64 = 256;
+const NS_PER_EVENT: i64 = 1000;
+
+/// Stores `events` rows striped over `databases` fresh shard files in `dir`
+/// (the way drains stripe them), in transactions of 4096.
+fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()> {
+    let message = "m".repeat(100);
+    let stripes = events.div_ceil(STRIPE);
+    for j in 0..databases {
+        let mut conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;
+        let mine: Vec<u64> = (j as u64..stripes)
+            .step_by(databases)
+            .flat_map(|k| k * STRIPE..((k + 1) * STRIPE).min(events))
+            .collect();
+        for chunk in mine.chunks(4096) {
+            let tx = conn.transaction()?;
+            {
+                let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+                for &i in chunk {
+                    insert.execute(params![
+                        t0 + i as i64 * NS_PER_EVENT,
+                        (i % 2) as i64,
+                        i as i64 + 1,
+                        7i64,
+                        1000u32,
+                        1000u32,
+                        0u32,
+                        6u8,
+                        "bench",
+                        "event",
+                        &message,
+                        None::<&str>,
+                    ])?;
+                }
+            }
+            tx.commit()?;
+        }
+    }
+    Ok(())
+}
+
+/// Times one query: to the first event and to the 100th.
+fn time_query(store: &Path, filter: &Filter) -> anyhow::Result<(Duration, Duration)> {
+    let start = Instant::now();
+    let mut fan = FanOut::open(store, filter.clone(), None)?;
+    let mut first = None;
+    let mut n = 0;
+    while let Some(_row) = fan.next_event() {
+        n += 1;
+        if first.is_none() {
+            first = Some(start.elapsed());
+        }
+        if n == 100 {
+            break;
+        }
+    }
+    anyhow::ensure!(n == 100, "the query returned {n} events, not 100");
+    Ok((first.unwrap_or_default(), start.elapsed()))
+}
+
+pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<QueryPoint>> {
+    let t0 = 1_700_000_000_000_000_000i64;
+    let mut points = Vec::new();
+    for databases in [1usize, 16, 256] {
+        let dir = tempfile::Builder::new().prefix("query-").tempdir_in(work)?;
+        let started = Instant::now();
+        fill(dir.path(), databases, events, t0)?;
+        eprintln!(
+            "query bench: {events} events into {databases} databases in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let span = events as i64 * NS_PER_EVENT;
+        for order in [Order::OldestFirst, Order::NewestFirst] {
+            let filter = Filter {
+                since_ns: Some(t0 + span * 2 / 5),
+                until_ns: Some(t0 + span * 3 / 5),
+                order,
+                limit: Some(100),
+                ..Filter::default()
+            };
+            let mut firsts = Vec::new();
+            let mut hundreds = Vec::new();
+            for _ in 0..repeats.max(1) {
+                let (a, b) = time_query(dir.path(), &filter)?;
+                firsts.push(a);
+                hundreds.push(b);
+            }
+            firsts.sort();
+            hundreds.sort();
+            points.push(QueryPoint {
+                databases,
+                events,
+                order,
+                first_result_us: firsts[firsts.len() / 2].as_micros() as u64,
+                hundred_results_us: hundreds[hundreds.len() / 2].as_micros() as u64,
+            });
+        }
+    }
+    Ok(points)
+}
