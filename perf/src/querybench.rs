@@ -2,6 +2,7 @@
 //! and in 256 shards; a time-range query through eventd's fan-out reader,
 //! timed to its first result and to its 100th.
 
+use eventd::query::fanout::ConnectionPool;
 use eventd::query::{FanOut, Filter, Order};
 use rusqlite::params;
 use serde::Serialize;
@@ -13,7 +14,11 @@ pub struct QueryPoint {
     pub databases: usize,
     pub events: u64,
     pub order: Order,
-    /// Medians of the repeats.
+    /// The first run: every shard opened (what a query costs right after
+    /// the daemon starts, or without the server's connection pool).
+    pub cold_hundred_results_us: u64,
+    /// Medians of the repeats (connections kept by the pool, as the query
+    /// server does).
     pub first_result_us: u64,
     pub hundred_results_us: u64,
 }
@@ -60,9 +65,13 @@ fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()
 }
 
 /// Times one query: to the first event and to the 100th.
-fn time_query(store: &Path, filter: &Filter) -> anyhow::Result<(Duration, Duration)> {
+fn time_query(
+    store: &Path,
+    filter: &Filter,
+    pool: &std::sync::Arc<ConnectionPool>,
+) -> anyhow::Result<(Duration, Duration)> {
     let start = Instant::now();
-    let mut fan = FanOut::open(store, filter.clone(), None)?;
+    let mut fan = FanOut::open_pooled(store, filter.clone(), None, Some(pool.clone()))?;
     let mut first = None;
     let mut n = 0;
     while let Some(_row) = fan.next_event() {
@@ -98,10 +107,12 @@ pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<Query
                 limit: Some(100),
                 ..Filter::default()
             };
+            let pool = std::sync::Arc::new(ConnectionPool::new(4));
+            let (_, cold) = time_query(dir.path(), &filter, &pool)?;
             let mut firsts = Vec::new();
             let mut hundreds = Vec::new();
             for _ in 0..repeats.max(1) {
-                let (a, b) = time_query(dir.path(), &filter)?;
+                let (a, b) = time_query(dir.path(), &filter, &pool)?;
                 firsts.push(a);
                 hundreds.push(b);
             }
@@ -111,6 +122,7 @@ pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<Query
                 databases,
                 events,
                 order,
+                cold_hundred_results_us: cold.as_micros() as u64,
                 first_result_us: firsts[firsts.len() / 2].as_micros() as u64,
                 hundred_results_us: hundreds[hundreds.len() / 2].as_micros() as u64,
             });

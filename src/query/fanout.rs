@@ -13,13 +13,14 @@ use rusqlite::{Connection, ToSql};
 use serde::{Deserialize, Serialize};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Rows fetched from one shard at a time, at most. The first page of each
 /// shard is small ([`FIRST_PAGE_ROWS`]) and pages double from there: a
 /// query that wants 100 rows of 16 shards mostly needs each shard's first
 /// row only (stripes keep runs of events in one shard).
 pub const PAGE_ROWS: usize = 256;
-pub const FIRST_PAGE_ROWS: usize = 8;
+pub const FIRST_PAGE_ROWS: usize = 2;
 
 /// One stored event, as queries return it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,8 +135,68 @@ pub struct FanOut {
     where_sql: String,
     params: Vec<rusqlite::types::Value>,
     returned: u64,
+    /// Where the connections go back when the query ends.
+    pool: Option<Arc<ConnectionPool>>,
     /// Shards that could not be read (named), beside the results.
     pub warnings: Vec<String>,
+}
+
+/// Idle read-only connections to shard databases, kept between queries by
+/// the query server: opening a connection (and SQLite reading the schema on
+/// its first statement) costs far more than the query itself. At most
+/// `per_database` idle connections per file (the server uses
+/// MaxConcurrentQueries, which the descriptor allowance already budgets).
+pub struct ConnectionPool {
+    idle: std::sync::Mutex<HashMap<PathBuf, Vec<Connection>>>,
+    per_database: usize,
+}
+
+impl ConnectionPool {
+    pub fn new(per_database: usize) -> Self {
+        ConnectionPool {
+            idle: std::sync::Mutex::new(HashMap::new()),
+            per_database,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Vec<Connection>>> {
+        // The map is consistent after every operation; a panic elsewhere
+        // while holding the lock leaves nothing half-done.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle connection to `path`, if one is kept.
+    fn take(&self, path: &Path) -> Option<Connection> {
+        self.lock().get_mut(path)?.pop()
+    }
+
+    fn give_back(&self, path: PathBuf, conn: Connection) {
+        let mut idle = self.lock();
+        let list = idle.entry(path).or_default();
+        if list.len() < self.per_database {
+            list.push(conn);
+        }
+    }
+
+    /// Forgets connections to files no longer in the store.
+    fn retain(&self, paths: &[PathBuf]) {
+        self.lock().retain(|p, _| paths.contains(p));
+    }
+
+    /// Idle connections kept now.
+    pub fn idle(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
+    }
+}
+
+impl Drop for FanOut {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            for s in self.shards.drain(..) {
+                pool.give_back(s.path, s.conn);
+            }
+        }
+    }
 }
 
 impl FanOut {
@@ -147,7 +208,21 @@ impl FanOut {
         filter: Filter,
         bounds: Option<&HashMap<PathBuf, i64>>,
     ) -> std::io::Result<FanOut> {
+        Self::open_pooled(store_dir, filter, bounds, None)
+    }
+
+    /// Like [`open`](Self::open), taking connections from `pool` and giving
+    /// them back when the query is dropped.
+    pub fn open_pooled(
+        store_dir: &Path,
+        filter: Filter,
+        bounds: Option<&HashMap<PathBuf, i64>>,
+        pool: Option<Arc<ConnectionPool>>,
+    ) -> std::io::Result<FanOut> {
         let paths = crate::store::list_databases(store_dir).map_err(std::io::Error::other)?;
+        if let Some(pool) = &pool {
+            pool.retain(&paths);
+        }
         let sql = filter.sql();
         let mut fan = FanOut {
             shards: Vec::new(),
@@ -156,9 +231,23 @@ impl FanOut {
             where_sql: sql.clause,
             params: sql.params,
             returned: 0,
+            pool,
             warnings: Vec::new(),
         };
         for path in paths {
+            if let Some(conn) = fan.pool.as_ref().and_then(|p| p.take(&path)) {
+                // A kept connection was checked when it was opened.
+                fan.shards.push(ShardStream {
+                    id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
+                    path,
+                    conn,
+                    rows: VecDeque::new(),
+                    last: fan.filter.after,
+                    page: FIRST_PAGE_ROWS,
+                    exhausted: false,
+                });
+                continue;
+            }
             match open_events(&path).and_then(|c| {
                 // Not an event database (no events table): nothing to say.
                 let has: i64 = c.query_row(

@@ -123,6 +123,7 @@ struct Shared {
     running: AtomicU64,
     reporter: Reporter,
     stop: Arc<AtomicBool>,
+    pool: Arc<super::fanout::ConnectionPool>,
 }
 
 /// A query slot, given back when dropped (also when the client vanished).
@@ -169,6 +170,7 @@ impl QueryServer {
             running: AtomicU64::new(0),
             reporter,
             stop: stop.clone(),
+            pool: Arc::new(super::fanout::ConnectionPool::new(max_queries as usize)),
         });
         let listener_fd = listener.as_raw_fd();
         let accept = std::thread::Builder::new()
@@ -321,7 +323,12 @@ fn run_query(
         None
     };
     let bounds = follower.as_ref().map(Follower::bounds);
-    let mut fan = FanOut::open(&shared.store_dir, filter, bounds.as_ref())?;
+    let mut fan = FanOut::open_pooled(
+        &shared.store_dir,
+        filter,
+        bounds.as_ref(),
+        Some(shared.pool.clone()),
+    )?;
     let mut count = 0u64;
     let mut last = None;
     while let Some(row) = fan.next_event() {
