@@ -211,8 +211,11 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
             follow: q.follow,
         };
         let mut failure = None;
+        let mut ended = false;
         eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
-            if let Some(e) = v.get("event") {
+            if v.get("end").is_some() {
+                ended = true;
+            } else if let Some(e) = v.get("event") {
                 let e: EventRow =
                     serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
                 last = Some(e.cursor());
@@ -238,6 +241,9 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
         .or_else(broken_pipe)?;
         if let Some(f) = failure {
             bail!(f);
+        }
+        if !q.follow && !ended {
+            bail!("eventd closed the connection before the end of the results");
         }
     }
     out.flush().or_else(broken_pipe)?;

@@ -117,7 +117,11 @@ impl Filter {
             let p = params.len();
             params.push(Value::Text(value.clone()));
             let v = params.len();
-            terms.push(format!("CAST(json_extract(fields, ?{p}) AS TEXT) = ?{v}"));
+            // Rows whose fields are not valid JSON (a foreign or damaged
+            // file) simply do not match, instead of failing the query.
+            terms.push(format!(
+                "CASE WHEN json_valid(fields) THEN CAST(json_extract(fields, ?{p}) AS TEXT) END = ?{v}"
+            ));
         }
         Sql {
             clause: if terms.is_empty() {
@@ -161,7 +165,7 @@ mod tests {
         assert_eq!(
             sql.clause,
             "ts >= ?1 AND level <= ?2 AND instr(message, ?3) > 0 AND \
-             CAST(json_extract(fields, ?4) AS TEXT) = ?5"
+             CASE WHEN json_valid(fields) THEN CAST(json_extract(fields, ?4) AS TEXT) END = ?5"
         );
         assert_eq!(sql.params.len(), 5);
         assert_eq!(Filter::default().sql().clause, "1");

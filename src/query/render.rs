@@ -19,6 +19,25 @@ pub struct Renderer<W: Write> {
     header_done: bool,
 }
 
+/// Text from producers is untrusted: control characters (escape sequences,
+/// newlines that would forge lines) are shown as `\u{..}` escapes.
+fn clean(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 fn time(ts: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ts.max(0) as u64);
     humantime::format_rfc3339_micros(t).to_string()
@@ -56,13 +75,13 @@ impl<W: Write> Renderer<W> {
                     time(e.ts),
                     e.cpu,
                     e.seq,
-                    e.provider,
-                    e.name,
+                    clean(&e.provider),
+                    clean(&e.name),
                     e.pid,
-                    e.message
+                    clean(&e.message)
                 )?;
                 match &e.fields {
-                    Some(f) => writeln!(self.out, " {f}"),
+                    Some(f) => writeln!(self.out, " {}", clean(f)),
                     None => writeln!(self.out),
                 }
             }
@@ -82,10 +101,10 @@ impl<W: Write> Renderer<W> {
                     e.cpu,
                     e.seq,
                     level_name(e.level),
-                    e.provider,
-                    e.name,
+                    clean(&e.provider),
+                    clean(&e.name),
                     e.pid,
-                    e.message
+                    clean(&e.message)
                 )
             }
         }
@@ -114,5 +133,16 @@ impl<W: Write> Renderer<W> {
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_from_producers_are_escaped() {
+        assert_eq!(clean("plain ✓"), "plain ✓");
+        assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\\u{a}c");
     }
 }

@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A write that blocks this long (a client that stopped reading) ends the
+/// query and frees its slot.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Answers for the requests that are not queries (the daemon provides them;
 /// the query code never reaches into the writers).
 pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
@@ -255,10 +259,14 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
         );
         return;
     }
-    // Take a slot, or answer busy at once.
-    let running = shared.running.fetch_add(1, Ordering::AcqRel) + 1;
-    let _slot = Slot(&shared.running);
-    if running > shared.max_queries {
+    // Take a slot (only while one is free), or answer busy at once.
+    let taken = shared
+        .running
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < shared.max_queries).then_some(n + 1)
+        });
+    let _slot = taken.is_ok().then(|| Slot(&shared.running));
+    if taken.is_err() {
         let _ = writeln!(
             stream,
             "{}",
@@ -280,7 +288,25 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
         }
     };
     let result = match request {
-        Request::Query { filter, follow } => run_query(&mut stream, shared, filter, follow),
+        Request::Query { filter, follow } => {
+            if let Err(message) = check_filter(&filter, follow) {
+                let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
+                return;
+            }
+            match run_query(&mut stream, shared, filter, follow) {
+                // The client is still there (a store that cannot be read,
+                // say): tell it, rather than just closing.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && !peer_gone(&stream) => {
+                    log::warn!("query from pid {pid} failed: {e}");
+                    writeln!(
+                        stream,
+                        "{}",
+                        error_line(ErrorCode::Internal, &e.to_string())
+                    )
+                }
+                other => other,
+            }
+        }
         other => {
             let answer = (shared.reporter)(&other);
             writeln!(stream, "{answer}")
@@ -291,6 +317,19 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
         // are released as this returns.
         log::debug!("query from pid {pid} ended: {e}");
     }
+}
+
+/// Requests the server refuses before running them.
+fn check_filter(filter: &Filter, follow: bool) -> Result<(), String> {
+    if follow && filter.limit.is_some() {
+        return Err("follow and limit cannot be combined".to_string());
+    }
+    if let Some((key, _)) = filter.fields.iter().find(|(k, _)| k.contains('"')) {
+        return Err(format!(
+            "field name {key:?}: a field name cannot contain '\"'"
+        ));
+    }
+    Ok(())
 }
 
 fn read_request(stream: &UnixStream) -> Result<Request, String> {
@@ -315,6 +354,8 @@ fn run_query(
     filter: Filter,
     follow: bool,
 ) -> std::io::Result<()> {
+    // A client that stops reading gets its query ended, not a slot forever.
+    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut out = std::io::BufWriter::new(stream.try_clone()?);
     // Follow: what exists now is listed first, then what commits later.
     let follower = if follow {
@@ -335,6 +376,10 @@ fn run_query(
         last = Some(row.cursor());
         count += 1;
         writeln!(out, "{}", serde_json::json!({ "event": row }))?;
+        // Buffered writes may not fail for a while after the client left.
+        if count % 1024 == 0 && peer_gone(stream) {
+            return Ok(());
+        }
     }
     for gap in fan.gaps() {
         writeln!(out, "{}", serde_json::json!({ "gap": gap }))?;
