@@ -359,6 +359,26 @@ fn access_limits_malformed_requests_and_follow() {
         answer.contains("bad_request") && answer.contains("levl"),
         "{answer}"
     );
+    for (request, names) in [
+        (
+            r#"{"op":"query","filter":{"fields":[["a\"b","x"]]}}"#,
+            "field name",
+        ),
+        (
+            r#"{"op":"query","filter":{"limit":5},"follow":true}"#,
+            "follow and limit",
+        ),
+        ("not json at all", "malformed request"),
+    ] {
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        writeln!(s, "{request}").unwrap();
+        let mut answer = String::new();
+        BufReader::new(&s).read_line(&mut answer).unwrap();
+        assert!(
+            answer.contains("bad_request") && answer.contains(names),
+            "{answer}"
+        );
+    }
 
     // Follow sees events committed after it started.
     let mut follower = eventctl(&data)
