@@ -11,11 +11,13 @@
 //!   (the seed's rules R1–R5), pure functions.
 //! - [`store`]: shard schema, the shard writer (the only SQLite writer),
 //!   receipts and recovery.
+//! - [`query`]: the fan-out reader over every shard and the query server
+//!   (read-only; never touches the writers).
 //! - [`config`]: the TOML configuration and the validated settings.
 //! - [`daemon`]: start-up order, drain threads, shutdown.
 //!
-//! `config`, `store` and `daemon` use std threads and locks directly and are
-//! left out of loom builds, which check only the lock-free core.
+//! `config`, `store`, `query` and `daemon` use std threads and locks directly
+//! and are left out of loom builds, which check only the lock-free core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
