@@ -94,6 +94,8 @@ struct ShardStream {
     id_max: Option<i64>,
     /// Rows the next page asks for.
     page: usize,
+    /// The file's identity when opened (for the connection pool).
+    file: Option<FileId>,
     exhausted: bool,
 }
 
@@ -147,8 +149,18 @@ pub struct FanOut {
 /// `per_database` idle connections per file (the server uses
 /// MaxConcurrentQueries, which the descriptor allowance already budgets).
 pub struct ConnectionPool {
-    idle: std::sync::Mutex<HashMap<PathBuf, Vec<Connection>>>,
+    /// Per path: the file's identity `(dev, inode)` when the connection was
+    /// opened, and the connection.
+    idle: std::sync::Mutex<HashMap<PathBuf, Vec<(FileId, Connection)>>>,
     per_database: usize,
+}
+
+/// Which file a path named: a file replaced under the same name is another.
+type FileId = (u64, u64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl ConnectionPool {
@@ -159,22 +171,28 @@ impl ConnectionPool {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Vec<Connection>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Vec<(FileId, Connection)>>> {
         // The map is consistent after every operation; a panic elsewhere
         // while holding the lock leaves nothing half-done.
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An idle connection to `path`, if one is kept.
+    /// An idle connection to the file now at `path`, if one is kept
+    /// (connections to a file since replaced under that name are dropped).
     fn take(&self, path: &Path) -> Option<Connection> {
-        self.lock().get_mut(path)?.pop()
+        let id = file_id(path)?;
+        let mut idle = self.lock();
+        let list = idle.get_mut(path)?;
+        list.retain(|(kept, _)| *kept == id);
+        list.pop().map(|(_, conn)| conn)
     }
 
-    fn give_back(&self, path: PathBuf, conn: Connection) {
+    fn give_back(&self, path: PathBuf, id: Option<FileId>, conn: Connection) {
+        let Some(id) = id else { return };
         let mut idle = self.lock();
         let list = idle.entry(path).or_default();
         if list.len() < self.per_database {
-            list.push(conn);
+            list.push((id, conn));
         }
     }
 
@@ -193,7 +211,7 @@ impl Drop for FanOut {
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
             for s in self.shards.drain(..) {
-                pool.give_back(s.path, s.conn);
+                pool.give_back(s.path, s.file, s.conn);
             }
         }
     }
@@ -239,6 +257,7 @@ impl FanOut {
                 // A kept connection was checked when it was opened.
                 fan.shards.push(ShardStream {
                     id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
+                    file: file_id(&path),
                     path,
                     conn,
                     rows: VecDeque::new(),
@@ -259,6 +278,7 @@ impl FanOut {
             }) {
                 Ok((conn, true)) => fan.shards.push(ShardStream {
                     id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
+                    file: file_id(&path),
                     path,
                     conn,
                     rows: VecDeque::new(),
@@ -432,4 +452,54 @@ fn open_events(path: &Path) -> rusqlite::Result<Connection> {
     )?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard_with(dir: &Path, name: &str, message: &str) -> PathBuf {
+        let path = dir.join(name);
+        let conn = crate::store::open_shard(&path).unwrap();
+        conn.execute(
+            crate::store::writer::INSERT_EVENT,
+            rusqlite::params![
+                1i64,
+                0,
+                1i64,
+                7i64,
+                1,
+                1,
+                0,
+                6,
+                "p",
+                "n",
+                message,
+                None::<&str>
+            ],
+        )
+        .unwrap();
+        path
+    }
+
+    fn messages(dir: &Path, pool: &Arc<ConnectionPool>) -> Vec<String> {
+        let mut fan =
+            FanOut::open_pooled(dir, Filter::default(), None, Some(pool.clone())).unwrap();
+        std::iter::from_fn(|| fan.next_event().map(|e| e.message)).collect()
+    }
+
+    #[test]
+    fn pooled_connections_are_reused_but_never_for_a_replaced_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let path = shard_with(dir.path(), "shard-000.db", "old");
+        let pool = Arc::new(ConnectionPool::new(2));
+        assert_eq!(messages(dir.path(), &pool), ["old"]);
+        assert_eq!(pool.idle(), 1);
+        // Replace the file under the same name (a restore, say).
+        let fresh = shard_with(other.path(), "shard-000.db", "new");
+        std::fs::rename(&fresh, &path).unwrap();
+        assert_eq!(messages(dir.path(), &pool), ["new"]);
+        assert_eq!(pool.idle(), 1);
+    }
 }

@@ -16,8 +16,10 @@ use std::time::Duration;
 
 /// How often a follower looks for new rows.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
-/// Rows read from one shard per poll at most.
+/// Rows held per poll at most, over all shards (each shard gets an equal
+/// share, at least 16; a shard with more waiting is read again at once).
 const POLL_ROWS: usize = 4096;
+const POLL_ROWS_PER_SHARD_MIN: usize = 16;
 
 pub struct Follower {
     shards: Vec<(PathBuf, Connection, i64)>,
@@ -56,16 +58,19 @@ impl Follower {
             .collect()
     }
 
-    /// Matching rows committed since the last poll, oldest first.
-    pub fn poll(&mut self) -> std::io::Result<Vec<EventRow>> {
+    /// Matching rows committed since the last poll, oldest first, and
+    /// whether some shard has more waiting (poll again without pausing).
+    pub fn poll(&mut self) -> std::io::Result<(Vec<EventRow>, bool)> {
+        let per_shard = (POLL_ROWS / self.shards.len().max(1)).max(POLL_ROWS_PER_SHARD_MIN);
         let mut rows = Vec::new();
+        let mut more = false;
         for (path, conn, last) in &mut self.shards {
             let mut params: Vec<&dyn ToSql> = self.params.iter().map(|v| v as &dyn ToSql).collect();
             let after = *last;
             params.push(&after);
             let sql = format!(
                 "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, \
-                 message, fields, id FROM events WHERE {} AND id > ?{} ORDER BY id LIMIT {POLL_ROWS}",
+                 message, fields, id FROM events WHERE {} AND id > ?{} ORDER BY id LIMIT {per_shard}",
                 self.where_sql,
                 params.len()
             );
@@ -80,9 +85,10 @@ impl Follower {
             if let Some((_, id)) = found.last() {
                 *last = *id;
             }
+            more |= found.len() == per_shard;
             rows.extend(found.into_iter().map(|(row, _)| row));
         }
         rows.sort_by_key(EventRow::cursor);
-        Ok(rows)
+        Ok((rows, more))
     }
 }

@@ -399,14 +399,17 @@ fn run_query(
         if shared.stop.load(Ordering::Relaxed) {
             return Ok(());
         }
-        for row in follower.poll()? {
+        let (rows, more) = follower.poll()?;
+        for row in rows {
             writeln!(out, "{}", serde_json::json!({ "event": row }))?;
         }
         out.flush()?;
         if peer_gone(stream) {
             return Ok(());
         }
-        std::thread::sleep(super::follow::POLL_INTERVAL);
+        if !more {
+            std::thread::sleep(super::follow::POLL_INTERVAL);
+        }
     }
 }
 
