@@ -336,6 +336,60 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     d.stop();
     let offline: Vec<String> = queried(&data, &["--offline", "--provider", "gamma"]);
     assert_eq!(offline, expected(&r, "provider = 'gamma'", false, None));
+
+    // Gaps meeting the window are reported beside the events (a historical
+    // shard's, here, written the way the daemon writes them).
+    let mid = (t1 + t2) / 2;
+    Connection::open(data.join("store/shard-003.db"))
+        .unwrap()
+        .execute(
+            "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+             detected_at) VALUES (1, 5, 10, 21, 12, 'overwritten', ?1, ?2)",
+            [mid, mid + 1000],
+        )
+        .unwrap();
+    let window = [
+        "query",
+        "--offline",
+        "--since",
+        &rfc(t1),
+        "--until",
+        &rfc(t2),
+    ];
+    let out = eventctl(&data).args(window).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("12 events lost on cpu 5 (overwritten"),
+        "{text}"
+    );
+    let before = ["query", "--offline", "--until", &rfc(t1)];
+    let out = eventctl(&data).args(before).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("events lost"));
+
+    // A shard that cannot be read is named; the others still answer.
+    std::fs::write(data.join("store/shard-099.db"), b"garbage ".repeat(512)).unwrap();
+    let out = eventctl(&data)
+        .args([
+            "query",
+            "--offline",
+            "--output",
+            "json",
+            "--provider",
+            "gamma",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning") && err.contains("shard-099.db"),
+        "{err}"
+    );
+    let events = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with("{\"gap\""))
+        .count();
+    assert_eq!(events, 300);
 }
 
 #[test]
@@ -443,6 +497,34 @@ fn access_limits_malformed_requests_and_follow() {
     }
     second.kill().unwrap();
     second.wait().unwrap();
+
+    // What the daemon knows now.
+    let json_of = |cmd: &str| -> serde_json::Value {
+        let out = eventctl(&data).arg(cmd).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let stats = json_of("stats");
+    let rings = stats["stats"]["rings"].as_array().unwrap();
+    assert!(!rings.is_empty());
+    let drained: u64 = rings
+        .iter()
+        .map(|r| r["drained_events"].as_u64().unwrap())
+        .sum();
+    assert_eq!(drained, 3, "{stats}");
+    let shards = json_of("shards");
+    let shards = shards["shards"].as_array().unwrap();
+    assert!(shards
+        .iter()
+        .all(|s| s["active"] == true && s["bytes"].as_u64().unwrap() > 0));
+    let events: u64 = shards.iter().map(|s| s["events"].as_u64().unwrap()).sum();
+    assert_eq!(events, 3);
+    let config = json_of("config");
+    assert_eq!(config["config"]["effective"]["max_concurrent_queries"], 2);
 
     // A peer that is not root, eventd's user or in the query group is
     // refused by its credentials (the socket is opened up for the test so

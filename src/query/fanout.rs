@@ -198,7 +198,8 @@ impl ConnectionPool {
 
     /// Forgets connections to files no longer in the store.
     fn retain(&self, paths: &[PathBuf]) {
-        self.lock().retain(|p, _| paths.contains(p));
+        let present: std::collections::HashSet<&PathBuf> = paths.iter().collect();
+        self.lock().retain(|p, _| present.contains(p));
     }
 
     /// Idle connections kept now.
