@@ -759,3 +759,104 @@ fn r8_two_daemons_cannot_share_a_store_directory() {
     );
     first.stop();
 }
+
+/// Items per commit of the receipts committed at or after `since_ns`.
+fn commit_sizes_since(data: &Path, since_ns: i64) -> Vec<i64> {
+    let mut sizes = Vec::new();
+    for (_, c) in shards(data) {
+        let mut stmt = c
+            .prepare(
+                "SELECT sum(last_seq - first_seq + 1) FROM receipts WHERE committed_at >= ?1 \
+                 GROUP BY committed_at",
+            )
+            .unwrap();
+        sizes.extend(
+            stmt.query_map([since_ns], |r| r.get::<_, i64>(0))
+                .unwrap()
+                .map(|r| r.unwrap()),
+        );
+    }
+    sizes
+}
+
+fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .arg(cmd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn r11_r13_configuration_reloads_live_keys_and_defers_restart_only_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "MaxBatchSize = 4096\n");
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let slots = |v: &serde_json::Value| -> Vec<u64> {
+        v["stats"]["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["channel"]["slots"].as_u64().unwrap())
+            .collect()
+    };
+    let before = slots(&eventctl_json(&data, "stats"));
+
+    // A live key, written the way editors do (new file, renamed over).
+    let tmp = dir.path().join("eventd.toml.new");
+    std::fs::write(&tmp, "MaxBatchSize = 7\nStorageShards = 3\n").unwrap();
+    std::fs::rename(&tmp, &cfg).unwrap();
+    wait_until("MaxBatchSize 7", || {
+        eventctl_json(&data, "config")["config"]["effective"]["max_batch_size"] == 7
+    });
+    let config = eventctl_json(&data, "config");
+    let deferred = config["config"]["deferred_to_restart"].to_string();
+    assert!(
+        deferred.contains("StorageShards: running 0, file says 3"),
+        "{config}"
+    );
+    assert_eq!(config["config"]["effective"]["storage_shards"], 0);
+
+    // Commits from now on hold at most 7 items, through the same channels.
+    let since = eventd::rings::now_ns();
+    let mut e = Emitter::spawn(&data, "live");
+    for i in 0..3000 {
+        e.send(&format!("live-{i}"));
+    }
+    e.finish();
+    wait_for_events(&data, 3000);
+    let sizes = commit_sizes_since(&data, since);
+    assert!(!sizes.is_empty());
+    assert!(sizes.iter().all(|&n| n <= 7), "{sizes:?}");
+    assert_eq!(slots(&eventctl_json(&data, "stats")), before);
+
+    // An invalid file is kept out; SIGHUP reloads too.
+    std::fs::write(&cfg, "MaxBatchSize = 0\n").unwrap();
+    signal(&eventd.child, libc::SIGHUP);
+    wait_until("the refusal", || {
+        eventctl_json(&data, "config")["config"]["last_reload_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("MaxBatchSize = 0"))
+    });
+    assert_eq!(
+        eventctl_json(&data, "config")["config"]["effective"]["max_batch_size"],
+        7
+    );
+    eventd.stop();
+}

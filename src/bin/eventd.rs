@@ -46,7 +46,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
     };
-    let settings = file.resolve(&args.data_dir)?;
+    let mut settings = file.resolve(&args.data_dir)?;
+    settings.config_file = args.config.clone();
     let signals = ShutdownSignals::block().context("blocking shutdown signals")?;
     let defaults = Tunables::default();
     let tunables = Tunables {
@@ -74,7 +75,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         "eventd running, data directory {}",
         settings.data_dir.display()
     );
-    let signal = signals.wait().context("waiting for a shutdown signal")?;
+    let signal = loop {
+        match signals.wait().context("waiting for a signal")? {
+            libc::SIGHUP => daemon.reload(),
+            other => break other,
+        }
+    };
     log::info!("signal {signal}: stopping; writers commit what they hold");
     daemon.join()?;
     log::info!("stopped");

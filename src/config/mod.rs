@@ -7,6 +7,9 @@
 //! against the data directory and every value checked against its range. A
 //! bad value is reported with its key, the value and the allowed range.
 
+pub mod live;
+pub mod watch;
+
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -86,6 +89,9 @@ pub struct Settings {
     pub retention_max_age: Option<Duration>,
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
+    /// The file these settings were read from (reloads read it again);
+    /// `None` for the embedded defaults.
+    pub config_file: Option<PathBuf>,
 }
 
 impl ConfigFile {
@@ -149,6 +155,7 @@ impl ConfigFile {
                 None => None,
                 Some(text) => Some(parse_age(text)?),
             },
+            config_file: None,
             query_group: self
                 .query_group
                 .clone()

@@ -170,6 +170,8 @@ pub struct Daemon {
     drains: Vec<JoinHandle<Result<(), String>>>,
     writers: Vec<JoinHandle<Result<(), String>>>,
     query: Option<crate::query::QueryServer>,
+    live: Arc<crate::config::live::LiveConfig>,
+    _watch: Option<crate::config::watch::FileWatch>,
     lock: DataDirLock,
 }
 
@@ -367,10 +369,32 @@ impl Daemon {
                 settings.query_group
             );
         }
+        let live = Arc::new(crate::config::live::LiveConfig::new(
+            settings.config_file.clone(),
+            settings.clone(),
+            state.max_batch.clone(),
+        ));
+        let watch = match &settings.config_file {
+            Some(file) => {
+                let l = live.clone();
+                match crate::config::watch::FileWatch::start(file, move || l.reload()) {
+                    Ok(w) => Some(w),
+                    Err(e) => {
+                        log::warn!(
+                            "cannot watch {} ({e}); SIGHUP still reloads it",
+                            file.display()
+                        );
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
         let reporter: crate::query::server::Reporter = {
             let state = state.clone();
             let settings = settings.clone();
-            Arc::new(move |request| report::answer(&state, &settings, request))
+            let live = live.clone();
+            Arc::new(move |request| report::answer(&state, &settings, &live, request))
         };
         let query = crate::query::QueryServer::start(
             &settings.run_dir,
@@ -391,8 +415,16 @@ impl Daemon {
             drains,
             writers,
             query: Some(query),
+            live,
+            _watch: watch,
             lock,
         })
+    }
+
+    /// Reads the configuration file again (SIGHUP; the file watch does the
+    /// same on its own): live keys apply, restart-only keys are deferred.
+    pub fn reload(&self) {
+        self.live.reload();
     }
 
     /// Asks every thread to finish; [`join`](Self::join) waits for them.

@@ -7,15 +7,24 @@ use crate::query::Request;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 
-pub fn answer(state: &DaemonState, settings: &Settings, request: &Request) -> Value {
+pub fn answer(
+    state: &DaemonState,
+    settings: &Settings,
+    live: &crate::config::live::LiveConfig,
+    request: &Request,
+) -> Value {
     match request {
         Request::Stats => json!({ "stats": stats(state) }),
         Request::Shards => json!({ "shards": shards(state, settings) }),
-        Request::Config => json!({ "config": {
-            "effective": settings,
-            "deferred": [],
-            "note": "settings are read at start; a change applies at the next restart",
-        }}),
+        Request::Config => {
+            let live = live.state();
+            json!({ "config": {
+                "file": settings.config_file,
+                "effective": live.effective,
+                "deferred_to_restart": live.deferred,
+                "last_reload_error": live.last_error,
+            }})
+        }
         Request::Query { .. } => {
             json!({ "error": { "code": "internal", "message": "not a report" } })
         }

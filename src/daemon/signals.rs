@@ -1,4 +1,5 @@
-//! Shutdown signals without handlers: SIGTERM and SIGINT are blocked before
+//! Signals without handlers: SIGTERM, SIGINT (stop) and SIGHUP (reload the
+//! configuration) are blocked before
 //! any thread starts (threads inherit the mask), and the main thread takes
 //! them synchronously with `sigwait`.
 
@@ -8,7 +9,7 @@ pub struct ShutdownSignals {
 }
 
 impl ShutdownSignals {
-    /// Blocks SIGTERM and SIGINT in the calling thread and in every thread it
+    /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread and in every thread it
     /// starts afterwards. Call before starting the daemon.
     pub fn block() -> std::io::Result<ShutdownSignals> {
         // SAFETY: sigset_t is plain data; sigemptyset initialises it fully
@@ -20,6 +21,7 @@ impl ShutdownSignals {
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, libc::SIGTERM);
             libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGHUP);
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
         };
         if rc != 0 {
@@ -28,7 +30,7 @@ impl ShutdownSignals {
         Ok(ShutdownSignals { set })
     }
 
-    /// Waits for SIGTERM or SIGINT; returns its number.
+    /// Waits for SIGTERM, SIGINT or SIGHUP; returns its number.
     pub fn wait(&self) -> std::io::Result<i32> {
         let mut signal = 0;
         // SAFETY: `self.set` was initialised in `block`; `signal` is a valid

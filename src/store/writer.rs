@@ -165,12 +165,14 @@ impl ShardWriter {
     /// empty, then closes the database (checkpointing the WAL).
     pub fn run(mut self) -> Result<(), StoreError> {
         loop {
-            let max = self.max_batch.load(Ordering::Relaxed).max(1) as usize;
             let batch = &mut self.batch;
             batch.clear();
-            if self.rx.recv_batch(max, |h, p| batch.push(h, p)).is_err() {
+            // Wait for one item, then read MaxBatchSize: a change made while
+            // the writer waited applies to this very batch (R11).
+            if self.rx.recv_batch(1, |h, p| batch.push(h, p)).is_err() {
                 break; // every sender is gone and nothing is left
             }
+            let max = self.max_batch.load(Ordering::Relaxed).max(1) as usize;
             while batch.len() < max {
                 match self
                     .rx

@@ -1,0 +1,206 @@
+//! Reloading the configuration while eventd runs (R11, R13).
+//!
+//! A reload reads the file again and validates it whole. If it is invalid,
+//! the running configuration stays and the log says why. Otherwise live keys
+//! apply at once (MaxBatchSize: the writers' next commit threshold, never a
+//! channel; the retention limits), and restart-only keys (StorageShards, the
+//! directories, RingBytes, MaxConcurrentQueries, QueryGroup) are deferred:
+//! logged once and shown by `eventctl config` until the next start.
+
+use super::{ConfigFile, Settings};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The configuration as it runs, and what waits for a restart.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LiveState {
+    pub effective: Settings,
+    /// One line per restart-only key whose file value differs from the
+    /// running one.
+    pub deferred: Vec<String>,
+    /// Why the last reload was refused, if it was.
+    pub last_error: Option<String>,
+}
+
+/// Applies reloads of one configuration file to a running daemon.
+pub struct LiveConfig {
+    file: Option<PathBuf>,
+    data_dir: PathBuf,
+    state: Mutex<LiveState>,
+    /// The writers read MaxBatchSize from here before each batch.
+    max_batch: Arc<AtomicU64>,
+}
+
+impl LiveConfig {
+    pub fn new(file: Option<PathBuf>, settings: Settings, max_batch: Arc<AtomicU64>) -> Self {
+        LiveConfig {
+            file,
+            data_dir: settings.data_dir.clone(),
+            state: Mutex::new(LiveState {
+                effective: settings,
+                deferred: Vec::new(),
+                last_error: None,
+            }),
+            max_batch,
+        }
+    }
+
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    pub fn state(&self) -> LiveState {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LiveState> {
+        // Every update below is a whole assignment; a poisoned lock still
+        // holds a consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads the file again and applies it. Without a file (embedded
+    /// defaults) there is nothing to reload.
+    pub fn reload(&self) {
+        let Some(file) = &self.file else {
+            log::info!("reload: eventd runs with embedded defaults; no file to read");
+            return;
+        };
+        let new = match ConfigFile::load(file).and_then(|f| f.resolve(&self.data_dir)) {
+            Ok(s) => s,
+            Err(e) => {
+                log::error!("reload refused, the running configuration stays: {e}");
+                self.lock().last_error = Some(e.to_string());
+                return;
+            }
+        };
+        let mut state = self.lock();
+        state.last_error = None;
+        let old = state.effective.clone();
+        if new.max_batch_size != old.max_batch_size {
+            // Relaxed: the writers only need the new value eventually; it
+            // guards nothing else.
+            self.max_batch.store(new.max_batch_size, Ordering::Relaxed);
+            log::info!(
+                "MaxBatchSize {} -> {} (the next commits; channels unchanged)",
+                old.max_batch_size,
+                new.max_batch_size
+            );
+            state.effective.max_batch_size = new.max_batch_size;
+        }
+        if new.retention_max_age != old.retention_max_age
+            || new.retention_max_bytes != old.retention_max_bytes
+        {
+            log::info!("retention limits changed (not enforced by this eventd yet)");
+            state.effective.retention_max_age = new.retention_max_age;
+            state.effective.retention_max_bytes = new.retention_max_bytes;
+        }
+        let deferred = restart_only_changes(&state.effective, &new);
+        for line in deferred.iter().filter(|l| !state.deferred.contains(l)) {
+            log::warn!("{line}: deferred to the next restart");
+        }
+        state.deferred = deferred;
+    }
+}
+
+/// Restart-only keys whose value in `file` differs from the running one.
+fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
+    let mut changes = Vec::new();
+    let mut check = |key: &str, running: String, file: String| {
+        if running != file {
+            changes.push(format!("{key}: running {running}, file says {file}"));
+        }
+    };
+    check(
+        "StorageShards",
+        running.storage_shards.to_string(),
+        file.storage_shards.to_string(),
+    );
+    check(
+        "MaxConcurrentQueries",
+        running.max_concurrent_queries.to_string(),
+        file.max_concurrent_queries.to_string(),
+    );
+    check(
+        "RingBytes",
+        running.ring_bytes.to_string(),
+        file.ring_bytes.to_string(),
+    );
+    check(
+        "StoreDir",
+        running.store_dir.display().to_string(),
+        file.store_dir.display().to_string(),
+    );
+    check(
+        "KmesDir",
+        running.kmes_dir.display().to_string(),
+        file.kmes_dir.display().to_string(),
+    );
+    check(
+        "RunDir",
+        running.run_dir.display().to_string(),
+        file.run_dir.display().to_string(),
+    );
+    check(
+        "QueryGroup",
+        running.query_group.clone(),
+        file.query_group.clone(),
+    );
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(dir: &Path, text: &str) -> (LiveConfig, PathBuf) {
+        let file = dir.join("eventd.toml");
+        std::fs::write(&file, text).unwrap();
+        let settings = ConfigFile::load(&file).unwrap().resolve(dir).unwrap();
+        let max_batch = Arc::new(AtomicU64::new(settings.max_batch_size));
+        (
+            LiveConfig::new(Some(file.clone()), settings, max_batch),
+            file,
+        )
+    }
+
+    #[test]
+    fn r11_max_batch_size_applies_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "MaxBatchSize = 100\n");
+        std::fs::write(&file, "MaxBatchSize = 7\n").unwrap();
+        live.reload();
+        assert_eq!(live.max_batch.load(Ordering::Relaxed), 7);
+        assert_eq!(live.state().effective.max_batch_size, 7);
+        assert!(live.state().deferred.is_empty());
+    }
+
+    #[test]
+    fn r13_storage_shards_is_deferred_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "StorageShards = 2\n");
+        std::fs::write(&file, "StorageShards = 8\nMaxBatchSize = 9\n").unwrap();
+        live.reload();
+        let state = live.state();
+        assert_eq!(state.effective.storage_shards, 2);
+        assert_eq!(state.effective.max_batch_size, 9);
+        assert_eq!(state.deferred, ["StorageShards: running 2, file says 8"]);
+        // Changing the file back clears it.
+        std::fs::write(&file, "StorageShards = 2\n").unwrap();
+        live.reload();
+        assert!(live.state().deferred.is_empty());
+    }
+
+    #[test]
+    fn an_invalid_reload_keeps_the_running_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "MaxBatchSize = 100\n");
+        std::fs::write(&file, "MaxBatchSize = 0\n").unwrap();
+        live.reload();
+        assert_eq!(live.max_batch.load(Ordering::Relaxed), 100);
+        let state = live.state();
+        assert_eq!(state.effective.max_batch_size, 100);
+        assert!(state.last_error.unwrap().contains("MaxBatchSize = 0"));
+    }
+}

@@ -1,0 +1,157 @@
+//! Watching the configuration file with inotify.
+//!
+//! The directory is watched, not the file: editors and configuration
+//! managers usually write a new file and rename it over the old one, which
+//! a watch on the old file's inode would miss.
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How long the watch thread waits for events before it looks at its stop
+/// flag again.
+const POLL_MS: i32 = 250;
+
+pub struct FileWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FileWatch {
+    /// Calls `changed` (from the watch thread) whenever `file` is written,
+    /// created or renamed into place.
+    pub fn start(file: &Path, changed: impl Fn() + Send + 'static) -> std::io::Result<FileWatch> {
+        let dir = match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = file
+            .file_name()
+            .ok_or_else(|| std::io::Error::other(format!("{} names no file", file.display())))?
+            .to_owned();
+        // SAFETY: inotify_init1 takes flags only.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: we own the descriptor just returned.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let c_dir = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_CREATE;
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let wd = unsafe {
+            libc::inotify_add_watch(std::os::fd::AsRawFd::as_raw_fd(&fd), c_dir.as_ptr(), mask)
+        };
+        if wd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("config-watch".into())
+            .spawn(move || watch_loop(fd, &name, &flag, changed))?;
+        Ok(FileWatch {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for FileWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn watch_loop(fd: std::os::fd::OwnedFd, name: &OsStr, stop: &AtomicBool, changed: impl Fn()) {
+    use std::os::fd::AsRawFd;
+    let mut buf = vec![0u8; 16 << 10];
+    while !stop.load(Ordering::Relaxed) {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, POLL_MS) } <= 0 {
+            continue;
+        }
+        // SAFETY: reading into a buffer of the length given.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            continue;
+        }
+        if names_in(&buf[..n as usize]).any(|n| n == name.as_bytes()) {
+            changed();
+        }
+    }
+}
+
+/// The names carried by a buffer of `inotify_event` records (each a 16-byte
+/// header whose last field is the length of the NUL-padded name after it).
+fn names_in(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+    const HEADER: usize = 16;
+    std::iter::from_fn(move || {
+        if buf.len() < HEADER {
+            return None;
+        }
+        let len = u32::from_ne_bytes([buf[12], buf[13], buf[14], buf[15]]) as usize;
+        let end = HEADER.checked_add(len).filter(|&e| e <= buf.len())?;
+        let raw = &buf[HEADER..end];
+        buf = &buf[end..];
+        let name_len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        Some(&raw[..name_len])
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn names_are_read_from_event_records_and_truncation_stops_them() {
+        let mut buf = Vec::new();
+        for name in ["a.toml", "eventd.toml"] {
+            buf.extend_from_slice(&1i32.to_ne_bytes());
+            buf.extend_from_slice(&8u32.to_ne_bytes());
+            buf.extend_from_slice(&0u32.to_ne_bytes());
+            buf.extend_from_slice(&16u32.to_ne_bytes());
+            let mut padded = name.as_bytes().to_vec();
+            padded.resize(16, 0);
+            buf.extend_from_slice(&padded);
+        }
+        let names: Vec<&[u8]> = names_in(&buf).collect();
+        assert_eq!(names, [b"a.toml".as_slice(), b"eventd.toml".as_slice()]);
+        assert_eq!(names_in(&buf[..40]).count(), 1);
+    }
+
+    #[test]
+    fn a_rename_over_the_file_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eventd.toml");
+        std::fs::write(&file, "MaxBatchSize = 1\n").unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let watch = FileWatch::start(&file, move || {
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        std::fs::write(dir.path().join("other.toml"), "x").unwrap();
+        let tmp = dir.path().join("eventd.toml.new");
+        std::fs::write(&tmp, "MaxBatchSize = 2\n").unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "no change seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watch);
+    }
+}
