@@ -161,8 +161,11 @@ pub fn run(
         std::thread::sleep(Duration::from_millis(5));
     };
     let drained_secs = start.elapsed().as_secs_f64();
-    drop(rings);
-    let rings = ring_count(&running)?;
+    let rings = {
+        let n = rings.len();
+        drop(rings);
+        n
+    };
     let finished = running.finish()?;
     let shards = finished.shards;
     let channel = tunables.channel_for(shards);
@@ -253,8 +256,4 @@ fn reset_peak_rss() {
     // SAFETY: malloc_trim only releases free memory of glibc's heap.
     unsafe { libc::malloc_trim(0) };
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-fn ring_count(running: &Running) -> anyhow::Result<usize> {
-    Ok(running.rings()?.len())
 }

@@ -6,6 +6,7 @@ use crate::load::{self, Counts, Mode, Sizes};
 use eventd::config::Settings;
 use eventd::daemon::{Daemon, DaemonState, Tunables};
 use eventd::rings::Ring;
+use eventd::store::writer::WriterHistograms;
 use hdrhistogram::Histogram;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -167,8 +168,10 @@ impl Running {
             Running::InProcess { daemon, state } => {
                 let descriptors = count_fds("/proc/self/fd");
                 let peak_rss_mib = peak_rss_mib("/proc/self/status");
-                let mut latency_us = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
-                let mut batch_items = Histogram::new_with_bounds(1, 10_000_000, 3)?;
+                let WriterHistograms {
+                    mut latency_us,
+                    mut batch_items,
+                } = WriterHistograms::default();
                 let mut commits = 0;
                 for w in &state.writers {
                     let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
@@ -230,8 +233,11 @@ fn ring_paths(kmes: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// timestamp against its receipt's `committed_at` (taken when the commit
 /// began, so the insert time is not included), and items per commit.
 fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64, usize)> {
-    let mut latency = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
-    let mut batches = Histogram::new_with_bounds(1, 10_000_000, 3)?;
+    // The writers' own bounds, so both systems report alike.
+    let WriterHistograms {
+        latency_us: mut latency,
+        batch_items: mut batches,
+    } = WriterHistograms::default();
     let mut commits = 0;
     let paths = eventd::store::list_databases(store)?;
     for path in &paths {

@@ -230,11 +230,7 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
             } else if let Some(w) = v.get("warning") {
                 eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
             } else if let Some(e) = v.get("error") {
-                failure = Some(format!(
-                    "eventd refused the query ({}): {}",
-                    e["code"].as_str().unwrap_or("?"),
-                    e["message"].as_str().unwrap_or("")
-                ));
+                failure = Some(refusal("the query", e));
             }
             Ok(true)
         })
@@ -255,6 +251,15 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The message for an `{"error":{...}}` answer.
+fn refusal(what: &str, error: &serde_json::Value) -> String {
+    format!(
+        "eventd refused {what} ({}): {}",
+        error["code"].as_str().unwrap_or("?"),
+        error["message"].as_str().unwrap_or("")
+    )
+}
+
 /// A reader that went away (`eventctl query | head`) is not an error.
 fn broken_pipe(e: std::io::Error) -> std::io::Result<()> {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -268,11 +273,7 @@ fn report(socket: &std::path::Path, request: Request) -> anyhow::Result<()> {
     let mut failure = None;
     eventd::query::client::call(socket, &request, |v| {
         if let Some(e) = v.get("error") {
-            failure = Some(format!(
-                "eventd refused ({}): {}",
-                e["code"].as_str().unwrap_or("?"),
-                e["message"].as_str().unwrap_or("")
-            ));
+            failure = Some(refusal("the request", e));
         } else {
             println!(
                 "{}",

@@ -254,44 +254,27 @@ impl FanOut {
             warnings: Vec::new(),
         };
         for path in paths {
-            if let Some(conn) = fan.pool.as_ref().and_then(|p| p.take(&path)) {
-                // A kept connection was checked when it was opened.
-                fan.shards.push(ShardStream {
-                    id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
-                    file: file_id(&path),
-                    path,
-                    conn,
-                    rows: VecDeque::new(),
-                    last: fan.filter.after,
-                    page: FIRST_PAGE_ROWS,
-                    exhausted: false,
-                });
-                continue;
-            }
-            match open_events(&path).and_then(|c| {
-                // Not an event database (no events table): nothing to say.
-                let has: i64 = c.query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'",
-                    [],
-                    |r| r.get(0),
-                )?;
-                Ok((c, has > 0))
-            }) {
-                Ok((conn, true)) => fan.shards.push(ShardStream {
-                    id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
-                    file: file_id(&path),
-                    path,
-                    conn,
-                    rows: VecDeque::new(),
-                    last: fan.filter.after,
-                    page: FIRST_PAGE_ROWS,
-                    exhausted: false,
-                }),
-                Ok((_, false)) => {}
-                Err(e) => fan
-                    .warnings
-                    .push(format!("{}: not read: {e}", path.display())),
-            }
+            // A kept connection was checked when it was opened.
+            let kept = fan.pool.as_ref().and_then(|p| p.take(&path));
+            let conn = match kept.map_or_else(|| open_event_database(&path), |c| Ok(Some(c))) {
+                Ok(Some(conn)) => conn,
+                Ok(None) => continue,
+                Err(e) => {
+                    fan.warnings
+                        .push(format!("{}: not read: {e}", path.display()));
+                    continue;
+                }
+            };
+            fan.shards.push(ShardStream {
+                id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
+                file: file_id(&path),
+                path,
+                conn,
+                rows: VecDeque::new(),
+                last: fan.filter.after,
+                page: FIRST_PAGE_ROWS,
+                exhausted: false,
+            });
         }
         for i in 0..fan.shards.len() {
             fan.refill(i);
@@ -443,16 +426,23 @@ impl FanOut {
     }
 }
 
-/// Opens a shard read-only for a query (one open, no statement: the events
-/// table check that follows also proves it is a database).
-fn open_events(path: &Path) -> rusqlite::Result<Connection> {
+/// Opens a shard read-only for a query; `None` if the file is a database
+/// without an events table (not an event database: nothing to say). The
+/// table check is the one statement, and it also proves the file is a
+/// database.
+fn open_event_database(path: &Path) -> rusqlite::Result<Option<Connection>> {
     crate::store::configure_sqlite();
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    Ok(conn)
+    let has: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok((has > 0).then_some(conn))
 }
 
 #[cfg(test)]
