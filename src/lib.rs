@@ -14,6 +14,8 @@
 //! - [`query`]: the fan-out reader over every shard and the query server
 //!   (read-only; never touches the writers).
 //! - [`config`]: the TOML configuration and the validated settings.
+//! - [`retention`]: the coordinator that keeps the store within its age and
+//!   size limits (through the writers, R8).
 //! - [`daemon`]: start-up order, drain threads, shutdown.
 //!
 //! `config`, `store`, `query` and `daemon` use std threads and locks directly
@@ -29,6 +31,8 @@ pub mod config;
 pub mod daemon;
 #[cfg(not(loom))]
 pub mod query;
+#[cfg(not(loom))]
+pub mod retention;
 pub mod rings;
 pub mod routing;
 #[cfg(not(loom))]

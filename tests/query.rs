@@ -7,54 +7,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const EVENTD: &str = env!("CARGO_BIN_EXE_eventd");
-const EVENTCTL: &str = env!("CARGO_BIN_EXE_eventctl");
-
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn start(data: &Path, config: &Path) -> Daemon {
-        let log = data.with_extension("log");
-        let child = Command::new(EVENTD)
-            .arg("--data-dir")
-            .arg(data)
-            .arg("--config")
-            .arg(config)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let pid = child.id().to_string();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while std::fs::read_to_string(data.join("run/eventd.pid"))
-            .map_or(true, |s| s.split_whitespace().next() != Some(&pid))
-        {
-            assert!(Instant::now() < deadline, "eventd did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child }
-    }
-
-    fn stop(mut self) {
-        // SAFETY: kill with our unreaped child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        assert!(self.child.wait().unwrap().success());
-    }
-}
-
-impl Drop for Daemon {
-    /// A failed test must not leave a daemon behind.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+mod common;
+use common::{wait_for_events, Eventd, EVENTCTL};
 
 fn eventctl(data: &Path) -> Command {
     let mut c = Command::new(EVENTCTL);
@@ -76,31 +33,6 @@ fn emit(data: &Path, provider: &str, level: &str, field: Option<&str>, lines: &[
     }
     drop(stdin);
     assert!(child.wait().unwrap().success());
-}
-
-fn stored(data: &Path) -> i64 {
-    std::fs::read_dir(data.join("store"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "db"))
-        .map(|p| {
-            let c = Connection::open(&p).unwrap();
-            c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
-                .unwrap()
-        })
-        .sum()
-}
-
-fn wait_stored(data: &Path, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stored(data) < n {
-        assert!(
-            Instant::now() < deadline,
-            "only {} of {n} stored",
-            stored(data)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// One database with every row of every shard: the reference.
@@ -192,7 +124,7 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     let data = dir.path().join("data");
     // Four shards first, then two: shards 2 and 3 become historical.
     let four = config(dir.path(), "four.toml", "StorageShards = 4\n");
-    let d = Daemon::start(&data, &four);
+    let d = Eventd::start(&data, Some(&four));
     let batch = |p: &str, n: usize| -> Vec<String> { (0..n).map(|i| format!("{p}-{i}")).collect() };
     emit(
         &data,
@@ -208,10 +140,10 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
         Some("unit=b"),
         &batch("beta net", 300),
     );
-    wait_stored(&data, 600);
+    wait_for_events(&data, 600);
     d.stop();
     let two = config(dir.path(), "two.toml", "StorageShards = 2\n");
-    let d = Daemon::start(&data, &two);
+    let d = Eventd::start(&data, Some(&two));
     emit(&data, "gamma", "info", None, &batch("gamma disk", 300));
     emit(
         &data,
@@ -220,7 +152,7 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
         Some("unit=c"),
         &batch("alpha late", 100),
     );
-    wait_stored(&data, 1000);
+    wait_for_events(&data, 1000);
     let r = reference(&data, dir.path());
     let ts_at = |q: f64| -> i64 {
         r.query_row(
@@ -398,7 +330,7 @@ fn access_limits_malformed_requests_and_follow() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
     let cfg = config(dir.path(), "q.toml", "MaxConcurrentQueries = 2\n");
-    let d = Daemon::start(&data, &cfg);
+    let d = Eventd::start(&data, Some(&cfg));
     let socket = data.join("run/query.sock");
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);

@@ -129,6 +129,7 @@ pub fn run(
             slots: knobs.channel_slots,
             bytes: knobs.channel_bytes,
         }),
+        ..Tunables::default()
     };
     reset_peak_rss();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;

@@ -28,6 +28,9 @@ struct Args {
     /// Byte budget of each shard channel; internal, as above.
     #[arg(long, hide = true, value_name = "BYTES")]
     channel_bytes: Option<u64>,
+    /// Milliseconds between retention passes; internal, for tests.
+    #[arg(long, hide = true, value_name = "MS")]
+    retention_interval_ms: Option<u64>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +65,10 @@ fn run(args: Args) -> anyhow::Result<()> {
                 })
             }
         },
+        retention_interval: args.retention_interval_ms.map_or(
+            defaults.retention_interval,
+            std::time::Duration::from_millis,
+        ),
     };
     // A drain or writer that stops on its own ends the process (exit 1),
     // so that the service manager restarts it: SIGTERM to ourselves wakes

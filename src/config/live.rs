@@ -92,7 +92,7 @@ impl LiveConfig {
         if new.retention_max_age != old.retention_max_age
             || new.retention_max_bytes != old.retention_max_bytes
         {
-            log::info!("retention limits changed (not enforced by this eventd yet)");
+            log::info!("retention limits changed (applied at the next retention pass)");
             state.effective.retention_max_age = new.retention_max_age;
             state.effective.retention_max_bytes = new.retention_max_bytes;
         }

@@ -20,10 +20,11 @@ pub use lock::{DataDirLock, PreviousRun};
 
 use crate::channel::{Capacity, ChannelMonitor, HandoffChannel};
 use crate::config::Settings;
+use crate::retention::{ActiveShard, RetentionCoordinator, RetentionStats};
 use crate::rings::{online_cpus, KmesDir, Ring, RingError, RingReader};
 use crate::routing::{self, RoutingError, StripeRouter};
 use crate::store::{
-    self, CommitTracker, Handoff, ReceiptReader, ShardWriter, StoreError, WriterStats,
+    self, CommitTracker, Handoff, ReceiptReader, ShardWriter, StoreError, WriterShared, WriterStats,
 };
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
@@ -31,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// Internal sizes chosen by measurement with the load harness
 /// (docs/performance.md), not operator settings.
@@ -41,6 +43,8 @@ pub struct Tunables {
     /// Capacity of each shard's handoff channel (R9); `None` sizes it from
     /// the shard count ([`Tunables::channel_for`]).
     pub channel: Option<Capacity>,
+    /// Time between two passes of the retention coordinator.
+    pub retention_interval: Duration,
 }
 
 /// All channels together hold at most about this many payload bytes.
@@ -55,6 +59,7 @@ impl Default for Tunables {
             // 256 > 0, so this is never the None branch.
             stripe_len: NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN),
             channel: None,
+            retention_interval: Duration::from_secs(30),
         }
     }
 }
@@ -155,6 +160,7 @@ pub struct DaemonState {
     pub max_batch: Arc<AtomicU64>,
     pub needed_descriptors: u64,
     pub trackers: Arc<[CommitTracker]>,
+    pub retention: Arc<RetentionStats>,
 }
 
 /// Called (from the failing thread) when a drain or writer thread stops
@@ -169,6 +175,8 @@ pub struct Daemon {
     stopping: Arc<AtomicBool>,
     drains: Vec<JoinHandle<Result<(), String>>>,
     writers: Vec<JoinHandle<Result<(), String>>>,
+    retention: Option<JoinHandle<()>>,
+    retention_stop: Arc<crate::retention::Stop>,
     query: Option<crate::query::QueryServer>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
@@ -210,12 +218,6 @@ impl Daemon {
                 "the previous eventd did not stop cleanly and the machine restarted since; \
                  recovering from every receipt (shards may have lost their last commits)"
             ),
-        }
-        if settings.retention_max_age.is_some() || settings.retention_max_bytes.is_some() {
-            log::warn!(
-                "RetentionMaxAge / RetentionMaxBytes are set, but this eventd does not \
-                 enforce retention yet: nothing will be deleted"
-            );
         }
 
         let attached = KmesDir::new(&settings.kmes_dir)
@@ -297,12 +299,24 @@ impl Daemon {
         let stopping = Arc::new(AtomicBool::new(false));
         let max_batch = Arc::new(AtomicU64::new(settings.max_batch_size));
 
+        let shared = WriterShared {
+            max_batch: max_batch.clone(),
+            trackers: trackers.clone(),
+            stopping: stopping.clone(),
+        };
         let mut senders = Vec::with_capacity(shards);
         let mut writers = Vec::with_capacity(shards);
         let mut writer_stats = Vec::with_capacity(shards);
         let mut channels = Vec::with_capacity(shards);
+        let mut active = Vec::with_capacity(shards);
         for (j, conn) in connections.into_iter().enumerate() {
             let (tx, rx) = HandoffChannel::new(tunables.channel_for(shards))?;
+            let control = Arc::new(store::control::WriterControl::default());
+            active.push(ActiveShard {
+                path: shard_paths[j].clone(),
+                tx: tx.clone(),
+                control: control.clone(),
+            });
             senders.push(tx);
             channels.push(rx.monitor());
             let stats = Arc::new(WriterStats::default());
@@ -311,10 +325,9 @@ impl Daemon {
                 shard_paths[j].clone(),
                 conn,
                 rx,
-                max_batch.clone(),
-                trackers.clone(),
+                shared.clone(),
                 stats,
-                stopping.clone(),
+                control,
             );
             let hook = on_failure.clone();
             writers.push(spawn(format!("writer-{j:03}"), move || {
@@ -348,9 +361,11 @@ impl Daemon {
                 watch(&hook, what, || drain.run())
             })?);
         }
-        // Only the drains hold senders now: when they stop, writers finish.
+        // Only the drains and the retention coordinator hold senders now:
+        // when they stop, writers finish.
         drop(senders);
 
+        let retention_stats = Arc::new(RetentionStats::default());
         let state = Arc::new(DaemonState {
             rings: rings.iter().map(|r| r.ring.clone()).collect(),
             drains: drain_stats,
@@ -361,6 +376,7 @@ impl Daemon {
             max_batch,
             needed_descriptors: needed,
             trackers,
+            retention: retention_stats.clone(),
         });
         let group = crate::query::server::group_id(&settings.query_group);
         if group.is_none() {
@@ -374,6 +390,17 @@ impl Daemon {
             settings.clone(),
             state.max_batch.clone(),
         ));
+        let retention_stop = Arc::new(crate::retention::Stop::default());
+        let coordinator = RetentionCoordinator::new(
+            settings.store_dir.clone(),
+            active,
+            live.clone(),
+            rings.iter().map(|r| r.ring.epoch()).collect(),
+            retention_stats,
+            retention_stop.clone(),
+            tunables.retention_interval,
+        );
+        let retention = spawn("retention".to_string(), move || coordinator.run())?;
         let watch = match &settings.config_file {
             Some(file) => {
                 let l = live.clone();
@@ -414,6 +441,8 @@ impl Daemon {
             stopping,
             drains,
             writers,
+            retention: Some(retention),
+            retention_stop,
             query: Some(query),
             live,
             _watch: watch,
@@ -431,6 +460,7 @@ impl Daemon {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.stopping.store(true, Ordering::Relaxed);
+        self.retention_stop.stop();
         for ring in &self.state.rings {
             ring.wake_reader();
         }
@@ -443,6 +473,12 @@ impl Daemon {
         drop(self.query.take());
         self.stop();
         let mut failures = Vec::new();
+        // The coordinator holds senders of every channel: it goes first.
+        if let Some(handle) = self.retention.take() {
+            if handle.join().is_err() {
+                failures.push("the retention coordinator panicked".to_string());
+            }
+        }
         for handle in self.drains.into_iter().chain(self.writers) {
             match handle.join() {
                 Ok(Ok(())) => {}

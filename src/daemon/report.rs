@@ -82,7 +82,25 @@ fn stats(state: &DaemonState) -> Value {
             })
         })
         .collect();
-    json!({ "rings": rings, "shards": shards, "descriptor_allowance": state.needed_descriptors })
+    let r = &state.retention;
+    let retention = json!({
+        "passes": r.passes.load(Ordering::Relaxed),
+        "events_deleted": r.events_deleted.load(Ordering::Relaxed),
+        "event_bytes_deleted": r.event_bytes_deleted.load(Ordering::Relaxed),
+        "gaps_deleted": r.gaps_deleted.load(Ordering::Relaxed),
+        "receipts_deleted": r.receipts_deleted.load(Ordering::Relaxed),
+        "receipts_compacted": r.receipts_compacted.load(Ordering::Relaxed),
+        "pages_vacuumed": r.pages_vacuumed.load(Ordering::Relaxed),
+        "store_used_bytes": r.store_used_bytes.load(Ordering::Relaxed),
+        "errors": r.errors.load(Ordering::Relaxed),
+        "last_error": *r.last_error.lock().unwrap_or_else(|p| p.into_inner()),
+    });
+    json!({
+        "rings": rings,
+        "shards": shards,
+        "retention": retention,
+        "descriptor_allowance": state.needed_descriptors,
+    })
 }
 
 fn shards(state: &DaemonState, settings: &Settings) -> Value {

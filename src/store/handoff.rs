@@ -41,6 +41,10 @@ pub enum Kind {
     #[default]
     Event,
     Gap(LossReason),
+    /// Not ring data: the retention coordinator has left a request in the
+    /// writer's [`WriterControl`](super::control::WriterControl) and wakes
+    /// the writer with this item (it carries no sequence numbers).
+    Control,
 }
 
 impl Handoff {

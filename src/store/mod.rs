@@ -6,16 +6,18 @@
 //! started with fewer shards leaves the others in place, and recovery and
 //! queries read every `*.db` file there (R7).
 
+pub mod control;
 pub mod handoff;
 pub mod recovery;
 pub mod schema;
 pub mod tracker;
+pub mod trim;
 pub mod writer;
 
 pub use handoff::{Handoff, Kind};
 pub use recovery::{ReceiptReader, RingPlan};
 pub use tracker::{CommitTracker, CommittedRuns};
-pub use writer::{ShardWriter, WriterStats};
+pub use writer::{ShardWriter, WriterShared, WriterStats};
 
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -41,6 +43,8 @@ pub enum StoreError {
         found: i64,
         supported: i64,
     },
+    #[error("{path} has no eventd schema version: it is not a shard database")]
+    NotAShard { path: PathBuf },
     #[error("shard database {path}: could not commit {items} items: {source}")]
     Commit {
         path: PathBuf,
@@ -125,6 +129,14 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
             found,
             supported: schema::SCHEMA_VERSION,
         });
+    }
+    if found == 0 {
+        // A new file (or one eventd never migrated): retention can give
+        // deleted pages back to the filesystem only if this is set before
+        // the first table exists. On a file that already has tables it
+        // changes nothing.
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(err)?;
     }
     schema::configure_writer(&conn).map_err(err)?;
     match schema::migrate(&mut conn).map_err(err)? {

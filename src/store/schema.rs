@@ -53,6 +53,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX receipts_ring ON receipts (ring_epoch, last_seq);",
     // 2: recovery looks up the highest watermark of a ring epoch.
     "CREATE INDEX receipts_through ON receipts (ring_epoch, committed_through);",
+    // 3: retention finds old receipts by commit time.
+    "CREATE INDEX receipts_committed_at ON receipts (committed_at);",
 ];
 
 /// The schema version this build writes.
@@ -122,7 +124,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(indexes, 4);
+        assert_eq!(indexes, 5);
     }
 
     #[test]

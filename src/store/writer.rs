@@ -12,6 +12,7 @@
 //! retried with the same batch; meanwhile the channel fills and the drains
 //! pause, and the rings absorb the backlog.
 
+use super::control::{self, WriterControl};
 use super::handoff::{split_payload, Handoff, Kind};
 use super::tracker::CommitTracker;
 use super::StoreError;
@@ -105,20 +106,28 @@ struct Run {
     next_seq: u64,
 }
 
+/// What every shard writer shares with the daemon.
+#[derive(Clone)]
+pub struct WriterShared {
+    /// MaxBatchSize; read before each batch, so a change applies to the next
+    /// commit (R11) and never touches the channel.
+    pub max_batch: Arc<AtomicU64>,
+    /// Commit trackers, indexed by ring ordinal.
+    pub trackers: Arc<[CommitTracker]>,
+    /// Set at shutdown: a failing commit is then given up after a few tries.
+    pub stopping: Arc<AtomicBool>,
+}
+
 pub struct ShardWriter {
     path: PathBuf,
     conn: Connection,
     rx: Receiver<Handoff>,
-    /// MaxBatchSize; read before each batch, so a change applies to the next
-    /// commit (R11) and never touches the channel.
-    max_batch: Arc<AtomicU64>,
-    /// Indexed by ring ordinal.
-    trackers: Arc<[CommitTracker]>,
+    shared: WriterShared,
     stats: Arc<WriterStats>,
-    /// Set at shutdown: a failing commit is then given up after a few tries.
-    stopping: Arc<AtomicBool>,
     batch: Batch,
     runs: Vec<Run>,
+    /// Retention's requests (see [`super::control`]).
+    control: Arc<WriterControl>,
 }
 
 /// The statement that stores one event (the load harness's ceiling runs the
@@ -137,10 +146,9 @@ impl ShardWriter {
         path: PathBuf,
         conn: Connection,
         rx: Receiver<Handoff>,
-        max_batch: Arc<AtomicU64>,
-        trackers: Arc<[CommitTracker]>,
+        shared: WriterShared,
         stats: Arc<WriterStats>,
-        stopping: Arc<AtomicBool>,
+        control: Arc<WriterControl>,
     ) -> Self {
         let mut rx = rx;
         // The writer copies a batch out, then commits for a long while: room
@@ -152,12 +160,11 @@ impl ShardWriter {
             path,
             conn,
             rx,
-            max_batch,
-            trackers,
+            shared,
             stats,
-            stopping,
             batch: Batch::default(),
             runs: Vec::new(),
+            control,
         }
     }
 
@@ -167,16 +174,21 @@ impl ShardWriter {
         loop {
             let batch = &mut self.batch;
             batch.clear();
+            let mut woken = false;
             // Wait for one item, then read MaxBatchSize: a change made while
             // the writer waited applies to this very batch (R11).
-            if self.rx.recv_batch(1, |h, p| batch.push(h, p)).is_err() {
+            if self
+                .rx
+                .recv_batch(1, |h, p| accept(batch, &mut woken, h, p))
+                .is_err()
+            {
                 break; // every sender is gone and nothing is left
             }
-            let max = self.max_batch.load(Ordering::Relaxed).max(1) as usize;
+            let max = self.shared.max_batch.load(Ordering::Relaxed).max(1) as usize;
             while batch.len() < max {
                 match self
                     .rx
-                    .try_recv_batch(max - batch.len(), |h, p| batch.push(h, p))
+                    .try_recv_batch(max - batch.len(), |h, p| accept(batch, &mut woken, h, p))
                 {
                     Ok(_) => {}
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
@@ -184,9 +196,24 @@ impl ShardWriter {
             }
             // Room goes back before the commit, not after it.
             self.rx.release_consumed();
-            self.commit_with_retry()?;
+            if !self.batch.headers.is_empty() {
+                self.commit_with_retry()?;
+            }
+            if woken {
+                self.serve_control();
+            }
         }
         Ok(())
+    }
+
+    /// Runs retention's waiting request (if it was not withdrawn) between
+    /// two commits, and leaves the answer.
+    fn serve_control(&mut self) {
+        if let Some((id, request)) = self.control.take() {
+            let result = control::execute(&mut self.conn, &request)
+                .map_err(|e| format!("shard database {}: {request:?}: {e}", self.path.display()));
+            self.control.answer(id, result);
+        }
     }
 
     fn commit_with_retry(&mut self) -> Result<(), StoreError> {
@@ -208,7 +235,8 @@ impl ShardWriter {
                         .last_error
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
-                    if self.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS {
+                    if self.shared.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS
+                    {
                         return Err(StoreError::Commit {
                             path: self.path.clone(),
                             items: self.batch.len(),
@@ -239,7 +267,7 @@ impl ShardWriter {
             for (i, h) in self.batch.headers.iter().enumerate() {
                 let parts = match h.kind {
                     Kind::Event => split_payload(h, self.batch.payload(i)),
-                    Kind::Gap(_) => None,
+                    Kind::Gap(_) | Kind::Control => None,
                 };
                 match (h.kind, parts) {
                     (Kind::Event, Some([provider, name, message, fields])) => {
@@ -266,7 +294,8 @@ impl ShardWriter {
                         // the sequence number stays accounted for.
                         let reason = match kind {
                             Kind::Gap(reason) => reason,
-                            Kind::Event => LossReason::Corrupt,
+                            // Control items never enter a batch (`accept`).
+                            Kind::Event | Kind::Control => LossReason::Corrupt,
                         };
                         let count = h.last_seq - h.first_seq + 1;
                         insert_gap.execute(params![
@@ -292,7 +321,7 @@ impl ShardWriter {
             for run in &self.runs {
                 // The watermark only covers commits that already returned,
                 // so storing it here never claims more than is durable.
-                let through = self.trackers[run.ring as usize].watermark();
+                let through = self.shared.trackers[run.ring as usize].watermark();
                 insert_receipt.execute(params![
                     run.epoch as i64,
                     run.cpu,
@@ -308,7 +337,7 @@ impl ShardWriter {
         tx.commit()?;
         self.record_commit();
         for run in &self.runs {
-            self.trackers[run.ring as usize].committed(run.first, run.last);
+            self.shared.trackers[run.ring as usize].committed(run.first, run.last);
         }
         let s = &self.stats;
         s.events.fetch_add(events, Ordering::Relaxed);
@@ -337,6 +366,14 @@ impl ShardWriter {
             }
         }
         h.batch_items.saturating_record(self.batch.len() as u64);
+    }
+}
+
+/// Puts a received item in the batch, or notes retention's wakeup.
+fn accept(batch: &mut Batch, woken: &mut bool, h: &Handoff, payload: &[u8]) {
+    match h.kind {
+        Kind::Control => *woken = true,
+        Kind::Event | Kind::Gap(_) => batch.push(h, payload),
     }
 }
 

@@ -1,0 +1,444 @@
+//! The retention coordinator: keeps the store within RetentionMaxAge and
+//! RetentionMaxBytes.
+//!
+//! One thread makes a pass every interval (and reads the limits afresh each
+//! time, so a reload applies at the next pass):
+//! 1. **Age.** Every database loses its events older than now − max age,
+//!    oldest first, at most [`BATCH_ROWS`] per transaction. No event newer
+//!    than the limit is touched.
+//! 2. **Size.** While the pages in use over all databases exceed max bytes,
+//!    the oldest events of the whole store go first: each database says
+//!    which timestamp bounds its oldest batch, the smallest of those is the
+//!    cutoff for every database, and the store is measured again.
+//! 3. **Receipts.** Old receipts of live rings are compacted into summary
+//!    rows (never deleted: recovery needs them, see
+//!    [`store::trim::compact_receipts`](crate::store::trim::compact_receipts));
+//!    receipts of ring epochs that no longer exist go with the events of
+//!    their time.
+//! 4. **Space.** Databases that lost rows give free pages back to the
+//!    filesystem with an incremental vacuum, a bounded number of pages per
+//!    transaction.
+//!
+//! Who writes (R8): an active shard's deletions run on its writer thread,
+//! between two of its commits ([`store::control`](crate::store::control)); a
+//! historical shard (no writer) is trimmed through the coordinator's own
+//! connection, its only writer. Database files are never deleted (R12).
+
+use crate::channel::Sender;
+use crate::config::live::LiveConfig;
+use crate::store::control::{self, CallError, Reply, Request, WriterControl};
+use crate::store::trim::{ShardUsage, Trimmed};
+use crate::store::{self, Handoff};
+use rusqlite::Connection;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Rows deleted per transaction: small enough that a writer's commits and
+/// the queries' reads go on between two of them (a few milliseconds each).
+pub const BATCH_ROWS: u64 = 5000;
+/// Pages given back to the filesystem per transaction (8 MiB of 4 KiB
+/// pages).
+const VACUUM_PAGES: u64 = 2048;
+/// Receipts of live rings become summaries only when at least this many
+/// can be replaced, and only once they are this old (so that after a power
+/// cut the WAL that held them has long reached the disk).
+const COMPACT_MIN_ROWS: u64 = 1024;
+const COMPACT_AGE: Duration = Duration::from_secs(300);
+/// How long one call to a writer may take before the pass skips that shard.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Size rounds per pass: each one deletes at least one batch, so a store
+/// far over its limit converges over a few passes without one pass
+/// holding on for long.
+const SIZE_ROUNDS_MAX: u32 = 10_000;
+
+/// What the coordinator has done, for `eventctl stats` and the metrics.
+/// Relaxed everywhere: monitoring only.
+#[derive(Debug, Default)]
+pub struct RetentionStats {
+    pub passes: AtomicU64,
+    pub events_deleted: AtomicU64,
+    /// Payload bytes (provider, name, message, fields) of deleted events.
+    pub event_bytes_deleted: AtomicU64,
+    pub gaps_deleted: AtomicU64,
+    pub receipts_deleted: AtomicU64,
+    pub receipts_compacted: AtomicU64,
+    pub pages_vacuumed: AtomicU64,
+    /// Bytes in pages in use over every database, as of the last pass that
+    /// measured them (passes with a size limit).
+    pub store_used_bytes: AtomicU64,
+    pub errors: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// An active shard as the coordinator reaches it: through its writer.
+pub struct ActiveShard {
+    pub path: PathBuf,
+    pub tx: Sender<Handoff>,
+    pub control: Arc<WriterControl>,
+}
+
+enum Writer {
+    Active {
+        tx: Sender<Handoff>,
+        control: Arc<WriterControl>,
+    },
+    /// The coordinator's own connection (opened at the first pass that
+    /// needs it); `None` after it failed to open (said once in the log).
+    Historical(Option<Connection>),
+}
+
+struct Shard {
+    path: PathBuf,
+    writer: Writer,
+    /// Rows were deleted since the last vacuum.
+    dirty: bool,
+}
+
+/// Wakes the coordinator's sleep between passes at shutdown.
+#[derive(Default)]
+pub struct Stop {
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Stop {
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.wake.notify_all();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    fn flag(&self) -> &AtomicBool {
+        &self.stopped
+    }
+
+    /// Sleeps `d` or until [`stop`](Self::stop); true if stopped.
+    fn sleep(&self, d: Duration) -> bool {
+        let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // The flag is set before notifying under the lock, so checking it
+        // under the lock cannot miss the wakeup.
+        if self.is_stopped() {
+            return true;
+        }
+        let _ = self
+            .wake
+            .wait_timeout(guard, d)
+            .unwrap_or_else(|p| p.into_inner());
+        self.is_stopped()
+    }
+}
+
+pub struct RetentionCoordinator {
+    store_dir: PathBuf,
+    shards: Vec<Shard>,
+    live: Arc<LiveConfig>,
+    /// Epochs of the attached rings: their receipts are never deleted.
+    live_epochs: Vec<u64>,
+    stats: Arc<RetentionStats>,
+    stop: Arc<Stop>,
+    interval: Duration,
+    /// Problems already logged once (by text), so a pass every few seconds
+    /// does not repeat them.
+    said: std::collections::BTreeSet<String>,
+}
+
+impl RetentionCoordinator {
+    pub fn new(
+        store_dir: PathBuf,
+        active: Vec<ActiveShard>,
+        live: Arc<LiveConfig>,
+        live_epochs: Vec<u64>,
+        stats: Arc<RetentionStats>,
+        stop: Arc<Stop>,
+        interval: Duration,
+    ) -> Self {
+        let shards = active
+            .into_iter()
+            .map(|a| Shard {
+                path: a.path,
+                writer: Writer::Active {
+                    tx: a.tx,
+                    control: a.control,
+                },
+                dirty: false,
+            })
+            .collect();
+        RetentionCoordinator {
+            store_dir,
+            shards,
+            live,
+            live_epochs,
+            stats,
+            stop,
+            interval,
+            said: Default::default(),
+        }
+    }
+
+    /// Makes a pass every interval until stopped; then drops its senders
+    /// (the writers finish once the drains' are gone too).
+    pub fn run(mut self) {
+        while !self.stop.sleep(self.interval) {
+            // A bug in one pass must not end retention for good: the next
+            // pass starts from the database files again.
+            let pass = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pass()));
+            if pass.is_err() {
+                self.failed("a retention pass panicked; trying again at the next".to_string());
+            }
+        }
+    }
+
+    /// One pass over the store with the limits in force now.
+    pub fn pass(&mut self) {
+        let limits = self.live.state().effective;
+        let (max_age, max_bytes) = (limits.retention_max_age, limits.retention_max_bytes);
+        if max_age.is_none() && max_bytes.is_none() {
+            return;
+        }
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.find_historical();
+        let now = crate::rings::now_ns();
+        if let Some(age) = max_age {
+            let cutoff = now.saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX));
+            for i in 0..self.shards.len() {
+                self.trim_to(i, cutoff);
+            }
+        }
+        if let Some(max) = max_bytes {
+            self.enforce_size(max);
+        }
+        let compact_before =
+            now.saturating_sub(i64::try_from(COMPACT_AGE.as_nanos()).unwrap_or(i64::MAX));
+        for i in 0..self.shards.len() {
+            self.compact(i, compact_before);
+            self.vacuum(i);
+        }
+    }
+
+    /// Adds databases that appeared in the store directory (left by an
+    /// earlier configuration) as historical shards.
+    fn find_historical(&mut self) {
+        let paths = match store::list_databases(&self.store_dir) {
+            Ok(p) => p,
+            Err(e) => return self.failed(e.to_string()),
+        };
+        for path in paths {
+            if !self.shards.iter().any(|s| s.path == path) {
+                self.shards.push(Shard {
+                    path,
+                    writer: Writer::Historical(None),
+                    dirty: false,
+                });
+            }
+        }
+    }
+
+    /// Runs `request` on shard `i`'s only writer. Errors are logged (once
+    /// per text) and counted; the pass goes on with the other shards.
+    fn call(&mut self, i: usize, request: Request) -> Option<Reply> {
+        let stop = self.stop.clone();
+        let shard = &mut self.shards[i];
+        let result = match &mut shard.writer {
+            Writer::Active { tx, control } => control
+                .call(tx, request, CALL_TIMEOUT, stop.flag())
+                .map_err(|e| match e {
+                    CallError::Stopping => None,
+                    other => Some(other.to_string()),
+                }),
+            Writer::Historical(conn) => {
+                if conn.is_none() {
+                    match open_historical(&shard.path) {
+                        Ok(c) => *conn = Some(c),
+                        Err(e) => {
+                            let e = e.to_string();
+                            return self.failed_once(e);
+                        }
+                    }
+                }
+                match conn.as_mut() {
+                    Some(c) => control::execute(c, &request).map_err(|e| Some(e.to_string())),
+                    None => Err(None),
+                }
+            }
+        };
+        match result {
+            Ok(reply) => Some(reply),
+            Err(None) => None,
+            Err(Some(e)) => {
+                let path = self.shards[i].path.display().to_string();
+                self.failed(format!("retention in {path}: {e}"));
+                None
+            }
+        }
+    }
+
+    fn failed(&mut self, message: String) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        if self.said.insert(message.clone()) {
+            log::error!("{message}");
+        }
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(message);
+    }
+
+    fn failed_once<T>(&mut self, message: String) -> Option<T> {
+        self.failed(message);
+        None
+    }
+
+    /// Deletes shard `i`'s rows older than `before_ns`, one bounded
+    /// transaction per call.
+    fn trim_to(&mut self, i: usize, before_ns: i64) {
+        while !self.stop.is_stopped() {
+            let request = Request::Trim {
+                before_ns,
+                max_rows: BATCH_ROWS,
+                live_epochs: self.live_epochs.clone(),
+            };
+            let Some(Reply::Trimmed(t)) = self.call(i, request) else {
+                return;
+            };
+            self.count(i, &t);
+            if !t.more {
+                return;
+            }
+        }
+    }
+
+    fn count(&mut self, i: usize, t: &Trimmed) {
+        let s = &self.stats;
+        s.events_deleted.fetch_add(t.events, Ordering::Relaxed);
+        s.event_bytes_deleted
+            .fetch_add(t.event_bytes, Ordering::Relaxed);
+        s.gaps_deleted.fetch_add(t.gaps, Ordering::Relaxed);
+        s.receipts_deleted.fetch_add(t.receipts, Ordering::Relaxed);
+        if t.events + t.gaps + t.receipts > 0 {
+            self.shards[i].dirty = true;
+        }
+    }
+
+    fn measure_all(&mut self) -> Option<Vec<ShardUsage>> {
+        let mut all = Vec::with_capacity(self.shards.len());
+        for i in 0..self.shards.len() {
+            // A shard that cannot be measured is left out of this pass; the
+            // others are still kept within the limit.
+            if let Some(Reply::Usage(u)) = self.call(i, Request::Measure { k: BATCH_ROWS }) {
+                all.push(u);
+            }
+            if self.stop.is_stopped() {
+                return None;
+            }
+        }
+        Some(all)
+    }
+
+    /// Deletes the store's oldest events until the pages in use fit in
+    /// `max_bytes`.
+    fn enforce_size(&mut self, max_bytes: u64) {
+        for _ in 0..SIZE_ROUNDS_MAX {
+            let Some(usage) = self.measure_all() else {
+                return;
+            };
+            let used: u64 = usage.iter().map(ShardUsage::used_bytes).sum();
+            self.stats.store_used_bytes.store(used, Ordering::Relaxed);
+            if used <= max_bytes {
+                return;
+            }
+            let Some(cutoff) = usage.iter().filter_map(|u| u.batch_cutoff).min() else {
+                let message = format!(
+                    "RetentionMaxBytes is {max_bytes}, but the store uses {used} bytes with \
+                     no events left (receipts, gaps and empty pages of {} databases)",
+                    usage.len()
+                );
+                self.failed(message);
+                return;
+            };
+            for i in 0..self.shards.len() {
+                self.trim_to(i, cutoff);
+            }
+            // Compacted receipts and vacuumed pages count too.
+            for i in 0..self.shards.len() {
+                self.vacuum(i);
+            }
+        }
+    }
+
+    fn compact(&mut self, i: usize, before_ns: i64) {
+        let request = Request::Compact {
+            epochs: self.live_epochs.clone(),
+            before_ns,
+            min_rows: COMPACT_MIN_ROWS,
+        };
+        if let Some(Reply::Compacted(n)) = self.call(i, request) {
+            self.stats
+                .receipts_compacted
+                .fetch_add(n, Ordering::Relaxed);
+            if n > 0 {
+                self.shards[i].dirty = true;
+            }
+        }
+    }
+
+    fn vacuum(&mut self, i: usize) {
+        if !std::mem::take(&mut self.shards[i].dirty) {
+            return;
+        }
+        while !self.stop.is_stopped() {
+            match self.call(
+                i,
+                Request::Vacuum {
+                    max_pages: VACUUM_PAGES,
+                },
+            ) {
+                Some(Reply::Vacuumed(n)) if n > 0 => {
+                    self.stats.pages_vacuumed.fetch_add(n, Ordering::Relaxed);
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Opens a historical shard for retention: read-write, never created, and
+/// refused if a newer eventd wrote it. Its schema is not migrated: the
+/// statements retention runs work on every version.
+fn open_historical(path: &Path) -> Result<Connection, store::StoreError> {
+    store::configure_sqlite();
+    let err = |source| store::StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(err)?;
+    if found < 1 {
+        return Err(store::StoreError::NotAShard {
+            path: path.to_path_buf(),
+        });
+    }
+    if found > store::schema::SCHEMA_VERSION {
+        return Err(store::StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: store::schema::SCHEMA_VERSION,
+        });
+    }
+    conn.pragma_update(None, "busy_timeout", 5000)
+        .map_err(err)?;
+    Ok(conn)
+}

@@ -1,0 +1,470 @@
+//! Retention's operations on one shard database: measuring it, deleting its
+//! oldest rows in bounded transactions, compacting old receipts and giving
+//! free pages back to the filesystem.
+//!
+//! The retention coordinator decides what to delete; these functions run on
+//! the connection of the database's only writer (R8): the shard writer's own
+//! for an active shard, the coordinator's for a historical one.
+//!
+//! What is deleted, and what never is:
+//! - events older than a cutoff, oldest first, at most a given number per
+//!   transaction, so that the writer's commits and the queries' reads go on
+//!   between two transactions;
+//! - gaps detected before the cutoff;
+//! - receipts of ring epochs whose ring no longer exists, committed before
+//!   the cutoff;
+//! - receipts of live rings are never deleted outright: old ones are
+//!   replaced by one summary row that recovery reads exactly as it read the
+//!   rows it replaces (see [`compact_receipts`]).
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+/// The size and the oldest events of one shard database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardUsage {
+    pub page_size: u64,
+    /// Pages in the database file (as of the last commit, WAL included).
+    pub pages: u64,
+    /// Pages on the free list: reused by later inserts, and given back to
+    /// the filesystem by an incremental vacuum.
+    pub free_pages: u64,
+    /// Whether `PRAGMA incremental_vacuum` can give free pages back (shards
+    /// created by this eventd; older files reuse their free pages instead).
+    pub incremental_vacuum: bool,
+    /// Timestamp of the oldest event, if there is one.
+    pub oldest_ts: Option<i64>,
+    /// A timestamp such that deleting the events older than it removes at
+    /// least one event and at most the `k` asked for (unless more than `k`
+    /// events share the oldest timestamp).
+    pub batch_cutoff: Option<i64>,
+}
+
+impl ShardUsage {
+    /// Bytes in pages that hold data.
+    pub fn used_bytes(&self) -> u64 {
+        self.pages.saturating_sub(self.free_pages) * self.page_size
+    }
+}
+
+/// Measures `conn`'s database; `k` bounds one deletion batch (see
+/// [`ShardUsage::batch_cutoff`]). Uses the `events_ts` index: O(k).
+pub fn measure(conn: &Connection, k: u64) -> rusqlite::Result<ShardUsage> {
+    let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0));
+    let page_size = pragma("page_size")? as u64;
+    let pages = pragma("page_count")? as u64;
+    let free_pages = pragma("freelist_count")? as u64;
+    let incremental_vacuum = pragma("auto_vacuum")? == 2;
+    let oldest_ts: Option<i64> = conn.query_row("SELECT min(ts) FROM events", [], |r| r.get(0))?;
+    let batch_cutoff = match oldest_ts {
+        None => None,
+        Some(oldest) => {
+            let kth: Option<i64> = conn
+                .query_row(
+                    "SELECT ts FROM events ORDER BY ts LIMIT 1 OFFSET ?1",
+                    [k.max(1) as i64],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let cutoff = match kth {
+                Some(ts) => ts,
+                // Fewer than k + 1 events: all of them fit in one batch.
+                None => conn
+                    .query_row("SELECT max(ts) FROM events", [], |r| r.get::<_, i64>(0))?
+                    .saturating_add(1),
+            };
+            // More than k events at the oldest timestamp: take them all
+            // rather than make no progress.
+            Some(cutoff.max(oldest.saturating_add(1)))
+        }
+    };
+    Ok(ShardUsage {
+        page_size,
+        pages,
+        free_pages,
+        incremental_vacuum,
+        oldest_ts,
+        batch_cutoff,
+    })
+}
+
+/// What one [`trim`] transaction deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    pub events: u64,
+    /// Payload bytes of the deleted events (provider, name, message, fields).
+    pub event_bytes: u64,
+    pub gaps: u64,
+    pub receipts: u64,
+    /// Rows older than the cutoff are left: call again.
+    pub more: bool,
+}
+
+/// Deletes, in one transaction, at most `max_rows` of the oldest events
+/// with `ts < before_ns`; once none are left, the gaps detected before it
+/// and the receipts of epochs not in `live_epochs` committed before it (at
+/// most `max_rows` of each).
+pub fn trim(
+    conn: &mut Connection,
+    before_ns: i64,
+    max_rows: u64,
+    live_epochs: &[u64],
+) -> rusqlite::Result<Trimmed> {
+    let limit = max_rows.max(1) as i64;
+    let tx = conn.transaction()?;
+    let mut done = Trimmed::default();
+    let (events, bytes): (i64, Option<i64>) = tx.query_row(
+        "SELECT count(*), sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
+         + length(CAST(message AS BLOB)) + ifnull(length(CAST(fields AS BLOB)), 0)) \
+         FROM (SELECT * FROM events WHERE ts < ?1 ORDER BY ts LIMIT ?2)",
+        params![before_ns, limit],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    if events > 0 {
+        done.events = tx.execute(
+            "DELETE FROM events WHERE id IN \
+             (SELECT id FROM events WHERE ts < ?1 ORDER BY ts LIMIT ?2)",
+            params![before_ns, limit],
+        )? as u64;
+        done.event_bytes = bytes.unwrap_or(0) as u64;
+    }
+    if done.events as i64 == limit {
+        done.more = true;
+    } else {
+        done.gaps = tx.execute(
+            "DELETE FROM gaps WHERE id IN \
+             (SELECT id FROM gaps WHERE detected_at < ?1 ORDER BY detected_at LIMIT ?2)",
+            params![before_ns, limit],
+        )? as u64;
+        done.receipts = delete_dead_receipts(&tx, before_ns, limit, live_epochs)? as u64;
+        done.more = done.gaps as i64 == limit || done.receipts as i64 == limit;
+    }
+    tx.commit()?;
+    Ok(done)
+}
+
+fn delete_dead_receipts(
+    tx: &Transaction<'_>,
+    before_ns: i64,
+    limit: i64,
+    live_epochs: &[u64],
+) -> rusqlite::Result<usize> {
+    // Epochs are stored as the i64 with the same bits.
+    let live: Vec<i64> = live_epochs.iter().map(|&e| e as i64).collect();
+    let live = serde_json::to_string(&live).unwrap_or_else(|_| "[]".to_string());
+    tx.execute(
+        "DELETE FROM receipts WHERE id IN (SELECT id FROM receipts \
+         WHERE committed_at < ?1 AND ring_epoch NOT IN (SELECT value FROM json_each(?3)) \
+         ORDER BY committed_at LIMIT ?2)",
+        params![before_ns, limit, live],
+    )
+}
+
+/// Replaces the receipts of live ring `epoch` committed before `before_ns`
+/// and ending below this database's highest watermark `W` by a single
+/// summary row, when there are at least `min_rows` of them. Returns how
+/// many rows were removed (the summary not counted).
+///
+/// Why recovery reads the same thing afterwards (`store::recovery`):
+/// - With watermarks, it takes the highest `committed_through` (the summary
+///   keeps the highest it replaces, so the maximum is unchanged) and reads
+///   the receipts with `last_seq >= W` or more, none of which were replaced
+///   (all of them end below this database's W, which is at most the global
+///   one).
+/// - Merging every receipt (after a power cut), the summary covers from the
+///   first replaced sequence to the last: every sequence in between is at or
+///   below W, so committed in some database, and its run is either in a
+///   summary or still a row. The merged coverage is the same. The summary
+///   keeps the resume position of the run it ends with.
+///
+/// `before_ns` keeps recent receipts as rows; after a power cut the newest
+/// commits of other shards (those behind `W`) may be gone, so compaction
+/// only looks at receipts old enough that their WAL has reached the disk.
+pub fn compact_receipts(
+    conn: &mut Connection,
+    epoch: u64,
+    before_ns: i64,
+    min_rows: u64,
+) -> rusqlite::Result<u64> {
+    let epoch = epoch as i64;
+    let tx = conn.transaction()?;
+    let watermark: Option<i64> = tx.query_row(
+        "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1",
+        [epoch],
+        |r| r.get(0),
+    )?;
+    let Some(watermark) = watermark else {
+        return Ok(0);
+    };
+    let selected = "FROM receipts WHERE ring_epoch = ?1 AND last_seq < ?2 AND committed_at < ?3";
+    let (rows, cpu, first, last, through): (
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    ) = tx.query_row(
+        &format!(
+            "SELECT count(*), min(cpu), min(first_seq), max(last_seq), max(committed_through) \
+                 {selected}"
+        ),
+        params![epoch, watermark, before_ns],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    let (Some(cpu), Some(first), Some(last), Some(through)) = (cpu, first, last, through) else {
+        return Ok(0);
+    };
+    if (rows as u64) < min_rows.max(2) {
+        return Ok(0);
+    }
+    let (position, next_seq, committed_at): (i64, i64, i64) = tx.query_row(
+        &format!(
+            "SELECT position, next_seq, committed_at {selected} ORDER BY last_seq DESC LIMIT 1"
+        ),
+        params![epoch, watermark, before_ns],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let removed = tx.execute(
+        &format!("DELETE {selected}"),
+        params![epoch, watermark, before_ns],
+    )?;
+    tx.execute(
+        "INSERT INTO receipts (ring_epoch, cpu, first_seq, last_seq, position, next_seq, \
+         committed_through, committed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            epoch,
+            cpu,
+            first,
+            last,
+            position,
+            next_seq,
+            through,
+            committed_at
+        ],
+    )?;
+    tx.commit()?;
+    Ok(removed as u64)
+}
+
+/// Gives up to `max_pages` free pages back to the filesystem (databases
+/// created with `auto_vacuum = INCREMENTAL`; a no-op for others). Returns
+/// how many pages the file lost.
+pub fn vacuum(conn: &Connection, max_pages: u64) -> rusqlite::Result<u64> {
+    let count = || conn.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0));
+    let before = count()?;
+    // The pragma frees one page per step: run it to completion.
+    let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({})", max_pages.max(1)))?;
+    let mut rows = stmt.query([])?;
+    while rows.next()?.is_some() {}
+    drop(rows);
+    drop(stmt);
+    let after = count()?;
+    Ok(before.saturating_sub(after) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{open_shard, shard_path};
+
+    fn insert_event(conn: &Connection, ts: i64, epoch: u64, seq: u64) {
+        conn.execute(
+            crate::store::writer::INSERT_EVENT,
+            params![
+                ts,
+                0,
+                seq as i64,
+                epoch as i64,
+                1,
+                1,
+                0,
+                6,
+                "p",
+                "n",
+                "hello",
+                None::<String>
+            ],
+        )
+        .unwrap();
+    }
+
+    fn insert_receipt(conn: &Connection, epoch: u64, first: u64, last: u64, through: u64, at: i64) {
+        conn.execute(
+            "INSERT INTO receipts (ring_epoch, cpu, first_seq, last_seq, position, next_seq, \
+             committed_through, committed_at) VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                epoch as i64,
+                first as i64,
+                last as i64,
+                (last * 10) as i64,
+                (last + 1) as i64,
+                through as i64,
+                at
+            ],
+        )
+        .unwrap();
+    }
+
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn trim_deletes_oldest_first_in_bounded_batches_and_never_newer_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        for i in 0..100 {
+            // Inserted out of order: deletion follows ts, not id.
+            insert_event(&conn, (i * 37) % 100, 1, i as u64 + 1);
+        }
+        let first = trim(&mut conn, 50, 20, &[1]).unwrap();
+        assert_eq!(
+            (first.events, first.event_bytes, first.more),
+            (20, 20 * 7, true)
+        );
+        assert_eq!(count(&conn, "SELECT min(ts) FROM events"), 20);
+        let mut sizes = vec![first.events];
+        loop {
+            let t = trim(&mut conn, 50, 20, &[1]).unwrap();
+            sizes.push(t.events);
+            if !t.more {
+                break;
+            }
+        }
+        assert_eq!(sizes, [20, 20, 10], "50 events in batches of 20");
+        assert_eq!(count(&conn, "SELECT count(*) FROM events"), 50);
+        assert_eq!(count(&conn, "SELECT min(ts) FROM events"), 50);
+    }
+
+    #[test]
+    fn batch_cutoff_bounds_a_batch_and_always_makes_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        let empty = measure(&conn, 10).unwrap();
+        assert_eq!((empty.oldest_ts, empty.batch_cutoff), (None, None));
+        assert!(empty.incremental_vacuum, "new shards can give pages back");
+        for seq in 1..=30 {
+            // Ten events at ts 5, then 6, 7, ...
+            insert_event(&conn, if seq <= 10 { 5 } else { seq as i64 - 5 }, 1, seq);
+        }
+        let u = measure(&conn, 15).unwrap();
+        // The 16th oldest is at ts 11: older than it are exactly 15.
+        assert_eq!((u.oldest_ts, u.batch_cutoff), (Some(5), Some(11)));
+        // Fewer than k: everything; all at the oldest ts: one past it.
+        assert_eq!(measure(&conn, 100).unwrap().batch_cutoff, Some(26));
+        assert_eq!(measure(&conn, 3).unwrap().batch_cutoff, Some(6));
+        assert!(u.used_bytes() > 0 && u.used_bytes() <= u.pages * u.page_size);
+    }
+
+    #[test]
+    fn gaps_and_dead_receipts_go_after_the_events_and_live_receipts_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        insert_event(&conn, 10, 1, 1);
+        conn.execute(
+            "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+             detected_at) VALUES (1, 0, 2, 3, 2, 'overwritten', 10, 20), \
+             (1, 0, 9, 9, 1, 'overwritten', 10, 200)",
+            [],
+        )
+        .unwrap();
+        insert_receipt(&conn, 1, 1, 3, 0, 30); // live epoch
+        insert_receipt(&conn, 2, 1, 5, 0, 30); // dead epoch, old
+        insert_receipt(&conn, 2, 6, 9, 5, 300); // dead epoch, recent
+        let t = trim(&mut conn, 100, 1, &[1]).unwrap();
+        assert_eq!((t.events, t.gaps, t.receipts), (1, 0, 0), "events first");
+        assert!(t.more);
+        let t = trim(&mut conn, 100, 10, &[1]).unwrap();
+        assert_eq!((t.events, t.gaps, t.receipts, t.more), (0, 1, 1, false));
+        assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 1);
+        let left: String = conn
+            .query_row(
+                "SELECT group_concat(ring_epoch || ':' || first_seq, ' ') FROM \
+                 (SELECT * FROM receipts ORDER BY id)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, "1:1 2:6");
+    }
+
+    #[test]
+    fn compacted_receipts_give_recovery_the_same_plan() {
+        use crate::store::ReceiptReader;
+        let dir = tempfile::tempdir().unwrap();
+        // Two shards, stripes of 10: A has the odd stripes, B the even ones.
+        let paths = [shard_path(dir.path(), 0), shard_path(dir.path(), 1)];
+        let mut conns: Vec<Connection> = paths.iter().map(|p| open_shard(p).unwrap()).collect();
+        let mut through = 0;
+        for stripe in 0..50u64 {
+            let (first, last) = (stripe * 10 + 1, stripe * 10 + 10);
+            // Stripe 37 is never committed: recovery resumes there.
+            if stripe != 37 {
+                insert_receipt(
+                    &conns[(stripe % 2) as usize],
+                    7,
+                    first,
+                    last,
+                    through,
+                    stripe as i64,
+                );
+                if stripe < 37 {
+                    through = last;
+                }
+            }
+        }
+        let plan = |trust| {
+            let mut r = ReceiptReader::open(&paths, trust).unwrap();
+            r.plan(7).unwrap()
+        };
+        let before = (plan(true), plan(false));
+        assert_eq!(before.0.committed_through, 370);
+        // Receipts committed before "time" 45 and ending below W.
+        let removed: u64 = conns
+            .iter_mut()
+            .map(|c| compact_receipts(c, 7, 45, 2).unwrap())
+            .sum();
+        assert!(removed > 30, "{removed}");
+        assert!(count(&conns[0], "SELECT count(*) FROM receipts") < 15);
+        assert_eq!((plan(true), plan(false)), before);
+        // Too few rows to be worth a summary: nothing changes.
+        assert_eq!(compact_receipts(&mut conns[0], 7, 45, 1000).unwrap(), 0);
+    }
+
+    #[test]
+    fn vacuum_gives_deleted_pages_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 0);
+        let mut conn = open_shard(&path).unwrap();
+        let tx = conn.transaction().unwrap();
+        for seq in 1..=5000 {
+            tx.execute(
+                crate::store::writer::INSERT_EVENT,
+                params![
+                    seq,
+                    0,
+                    seq,
+                    1,
+                    1,
+                    1,
+                    0,
+                    6,
+                    "p",
+                    "n",
+                    "x".repeat(200),
+                    None::<String>
+                ],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        let full = measure(&conn, 1).unwrap();
+        while trim(&mut conn, i64::MAX, 1000, &[1]).unwrap().more {}
+        let emptied = measure(&conn, 1).unwrap();
+        assert!(emptied.free_pages > 200, "{emptied:?}");
+        assert!(emptied.used_bytes() < full.used_bytes() / 10);
+        let freed = vacuum(&conn, 100).unwrap();
+        assert_eq!(freed, 100);
+        while vacuum(&conn, 100).unwrap() > 0 {}
+        assert_eq!(measure(&conn, 1).unwrap().free_pages, 0);
+    }
+}

@@ -1,0 +1,236 @@
+//! Helpers shared by the integration tests: a real `eventd` process, real
+//! `eventctl` runs, and read-only looks at the shard files.
+#![allow(dead_code)] // each test crate uses a different part
+
+use rand::Rng;
+use rusqlite::{Connection, OpenFlags};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const EVENTD: &str = env!("CARGO_BIN_EXE_eventd");
+pub const EVENTCTL: &str = env!("CARGO_BIN_EXE_eventctl");
+
+/// A running `eventd` with its data directory.
+pub struct Eventd {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+pub fn config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("eventd.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn command(data: &Path, config: Option<&Path>, extra: &[&str]) -> (Command, PathBuf) {
+    let log = data.with_extension(format!("log-{}", rand::rng().random::<u32>()));
+    let mut cmd = Command::new(EVENTD);
+    cmd.arg("--data-dir").arg(data);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.args(extra);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    (cmd, log)
+}
+
+impl Eventd {
+    /// Starts eventd and waits until it has written its pid (start-up done).
+    pub fn start(data: &Path, config: Option<&Path>) -> Eventd {
+        Self::start_with(data, config, &[])
+    }
+
+    pub fn start_with(data: &Path, config: Option<&Path>, extra: &[&str]) -> Eventd {
+        let (mut cmd, log) = command(data, config, extra);
+        let mut child = cmd.spawn().unwrap();
+        let pid_file = data.join("run/eventd.pid");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if std::fs::read_to_string(&pid_file)
+                .is_ok_and(|s| s.split_whitespace().next() == Some(&child.id().to_string()))
+            {
+                return Eventd { child, log };
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("eventd exited at start-up ({status}):\n{}", read(&log));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "eventd did not start:\n{}",
+                read(&log)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, and a clean exit is required.
+    pub fn stop(mut self) {
+        signal(&self.child, libc::SIGTERM);
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "eventd exited {status}:\n{}",
+            read(&self.log)
+        );
+        let log = read(&self.log);
+        assert!(log.contains("stopped"), "{log}");
+    }
+
+    pub fn kill(mut self) {
+        signal(&self.child, libc::SIGKILL);
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Eventd {
+    /// A failed test must not leave a daemon behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill with the pid of a child we have not reaped yet.
+    let rc = unsafe { libc::kill(child.id() as i32, sig) };
+    assert_eq!(rc, 0);
+}
+
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// An `eventctl emit --stdin` process fed by the test.
+pub struct Emitter {
+    pub child: Child,
+    pub stdin: ChildStdin,
+}
+
+impl Emitter {
+    pub fn spawn(data: &Path, provider: &str) -> Emitter {
+        let mut child = Command::new(EVENTCTL)
+            .arg("--data-dir")
+            .arg(data)
+            .args([
+                "emit",
+                "--provider",
+                provider,
+                "--level",
+                "notice",
+                "--stdin",
+            ])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        Emitter { child, stdin }
+    }
+
+    pub fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+    }
+
+    pub fn finish(self) {
+        let status = self.close();
+        assert!(status.success(), "eventctl emit failed: {status}");
+    }
+
+    /// Closes the input and waits; a lapping ring may make some lines fail.
+    pub fn close(mut self) -> std::process::ExitStatus {
+        self.stdin.flush().unwrap();
+        drop(self.stdin);
+        self.child.wait().unwrap()
+    }
+}
+
+pub fn emit_one(data: &Path, message: &str) {
+    let status = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "emit",
+            "--provider",
+            "single",
+            "--level",
+            "err",
+            "--field",
+            "k=v",
+        ])
+        .arg(message)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Every `*.db` in the store, opened read-only.
+pub fn shards(data: &Path) -> Vec<(PathBuf, Connection)> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(data.join("store"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "db"))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let c = Connection::open_with_flags(&p, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            c.busy_timeout(Duration::from_secs(5)).unwrap();
+            (p, c)
+        })
+        .collect()
+}
+
+pub fn count_events(data: &Path) -> u64 {
+    shards(data)
+        .iter()
+        .map(|(_, c)| {
+            c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+                .unwrap() as u64
+        })
+        .sum()
+}
+
+/// Waits until the store holds `n` events.
+pub fn wait_for_events(data: &Path, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let have = count_events(data);
+        if have >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "store holds {have} of {n} events"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .arg(cmd)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,251 @@
+//! Retention with the real daemon: limits by age and by size, on active and
+//! historical shards, while queries run, and never an event newer than the
+//! limit.
+#![cfg(not(loom))]
+
+mod common;
+
+use common::*;
+use eventd::rings::{now_ns, online_cpus, Emitter, Event, Level};
+use rusqlite::Connection;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+const PER_PHASE: i64 = 3000;
+
+fn count(c: &Connection, sql: &str) -> i64 {
+    c.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Bytes in pages in use, over every database (what RetentionMaxBytes bounds).
+fn used_bytes(data: &Path) -> u64 {
+    shards(data)
+        .iter()
+        .map(|(_, c)| {
+            let pages = count(c, "PRAGMA page_count") - count(c, "PRAGMA freelist_count");
+            (pages * count(c, "PRAGMA page_size")) as u64
+        })
+        .sum()
+}
+
+fn file_pages(data: &Path) -> i64 {
+    shards(data)
+        .iter()
+        .map(|(_, c)| count(c, "PRAGMA page_count"))
+        .sum()
+}
+
+fn messages(data: &Path) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for (_, c) in shards(data) {
+        let mut stmt = c.prepare("SELECT message FROM events").unwrap();
+        all.extend(
+            stmt.query_map([], |r| r.get::<_, String>(0))
+                .unwrap()
+                .map(|m| m.unwrap()[..10].trim_end().to_string()),
+        );
+    }
+    all
+}
+
+/// Emits one phase of events with timestamps `base + i ms`; messages are
+/// `"{phase}-{i:04}"` padded to 400 bytes, into the rings of every CPU in
+/// turn. Waits for each thousand to be
+/// stored so that no ring laps.
+fn emit_phase(data: &Path, phase: &str, base_ns: i64, stored_before: u64) {
+    let emitter = Emitter::open(data.join("kmes")).unwrap();
+    // Every ring in turn, so that every shard gets some.
+    let cpus = online_cpus();
+    for i in 0..PER_PHASE {
+        let message = format!("{:<400}", format!("{phase}-{i:04}"));
+        let event = Event {
+            ts_ns: base_ns + i * 1_000_000,
+            pid: 1,
+            tid: 1,
+            uid: 0,
+            level: Level::Info,
+            provider: "retention-test",
+            name: phase,
+            message: &message,
+            fields: "",
+        };
+        let cpu = cpus[i as usize % cpus.len()];
+        emitter.ring(cpu).unwrap().emit(&event).unwrap();
+        if i % 1000 == 999 {
+            wait_for_events(data, stored_before + i as u64 + 1);
+        }
+    }
+}
+
+fn write_config(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Queries in a loop until told to stop; each must succeed.
+struct Queries {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Queries {
+    fn start(data: &Path) -> Queries {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, done, data) = (stop.clone(), done.clone(), data.to_path_buf());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for order in [&[][..], &["--reverse"][..]] {
+                        let out = Command::new(EVENTCTL)
+                            .arg("--data-dir")
+                            .arg(&data)
+                            .args(["query", "--output", "json", "--limit", "300"])
+                            .args(order)
+                            .output()
+                            .unwrap();
+                        assert!(
+                            out.status.success(),
+                            "query failed: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        Queries { stop, done, thread }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("a concurrent query failed");
+        self.done.load(Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "StorageShards = 4\n");
+    let fast = ["--retention-interval-ms", "200"];
+
+    // Four shards get old (30 days), middle-aged (2 hours) and new events.
+    let now = now_ns();
+    let eventd = Eventd::start_with(&data, Some(&cfg), &fast);
+    emit_phase(&data, "old", now - 30 * DAY_NS, 0);
+    emit_phase(&data, "mid", now - DAY_NS / 12, PER_PHASE as u64);
+    emit_phase(&data, "new", now - 60_000_000_000, 2 * PER_PHASE as u64);
+    eventd.stop();
+
+    // Two shards now: shards 2 and 3 are historical, with old events too.
+    write_config(&cfg, "StorageShards = 2\n");
+    let eventd = Eventd::start_with(&data, Some(&cfg), &fast);
+    let old_in = |data: &Path| -> Vec<i64> {
+        shards(data)
+            .iter()
+            .map(|(_, c)| count(c, "SELECT count(*) FROM events WHERE name = 'old'"))
+            .collect()
+    };
+    let before = old_in(&data);
+    assert_eq!(before.len(), 4);
+    assert!(before.iter().all(|&n| n > 0), "{before:?}");
+    let receipts = |data: &Path| -> i64 {
+        shards(data)
+            .iter()
+            .map(|(_, c)| count(c, "SELECT count(*) FROM receipts"))
+            .sum()
+    };
+    let receipts_before = receipts(&data);
+    let queries = Queries::start(&data);
+
+    // Age: everything older than a day goes, from every shard.
+    write_config(&cfg, "StorageShards = 2\nRetentionMaxAge = \"1d\"\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while old_in(&data).iter().sum::<i64>() > 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", old_in(&data));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = messages(&data);
+    for phase in ["mid", "new"] {
+        let n = left.iter().filter(|m| m.starts_with(phase)).count();
+        assert_eq!(
+            n as i64, PER_PHASE,
+            "{phase} events are newer than the limit"
+        );
+    }
+    for (path, c) in &shards(&data) {
+        assert!(
+            count(c, "SELECT count(*) FROM events WHERE name = 'mid'") > 0,
+            "{}",
+            path.display()
+        );
+    }
+    // The rings still exist: their receipts were all kept.
+    assert_eq!(receipts(&data), receipts_before);
+    let stats = eventctl_json(&data, "stats")["stats"]["retention"].clone();
+    assert_eq!(stats["events_deleted"], PER_PHASE, "{stats}");
+
+    // Size: the store must shrink to 55 % of its pages in use; the oldest
+    // events go first, whatever shard holds them.
+    let used = used_bytes(&data);
+    let limit = used * 55 / 100;
+    assert!(
+        limit >= 1 << 20,
+        "the store is too small for the test: {used}"
+    );
+    let pages_before = file_pages(&data);
+    write_config(
+        &cfg,
+        &format!("StorageShards = 2\nRetentionMaxAge = \"1d\"\nRetentionMaxBytes = {limit}\n"),
+    );
+    wait_until("the store to fit its size limit", || {
+        used_bytes(&data) <= limit
+    });
+    let left = messages(&data);
+    let by_age: Vec<String> = ["mid", "new"]
+        .iter()
+        .flat_map(|p| (0..PER_PHASE).map(move |i| format!("{p}-{i:04}")))
+        .collect();
+    let first_kept = by_age
+        .iter()
+        .position(|m| left.contains(m))
+        .expect("some events remain");
+    assert!(first_kept > 0, "something was deleted");
+    for m in &by_age[first_kept..] {
+        assert!(
+            left.contains(m),
+            "{m} is newer than a kept event but was deleted"
+        );
+    }
+    assert_eq!(left.len(), by_age.len() - first_kept);
+    assert!(
+        left.iter()
+            .all(|m| m.starts_with("mid") || m.starts_with("new")),
+        "{left:?}"
+    );
+    // Freed pages went back to the filesystem (the shards created by this
+    // eventd can vacuum incrementally).
+    wait_until("an incremental vacuum", || file_pages(&data) < pages_before);
+    let stats = eventctl_json(&data, "stats")["stats"]["retention"].clone();
+    assert_eq!(
+        stats["events_deleted"],
+        3 * PER_PHASE - left.len() as i64,
+        "{stats}"
+    );
+    assert!(stats["pages_vacuumed"].as_u64().unwrap() > 0, "{stats}");
+    assert_eq!(stats["errors"], 0, "{stats}");
+
+    let ran = queries.finish();
+    assert!(ran >= 2, "queries ran while retention deleted: {ran}");
+    eventd.stop();
+    assert_eq!(receipts(&data), receipts_before);
+}
