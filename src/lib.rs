@@ -14,6 +14,7 @@
 //! - [`query`]: the fan-out reader over every shard and the query server
 //!   (read-only; never touches the writers).
 //! - [`config`]: the TOML configuration and the validated settings.
+//! - [`metrics`]: the Prometheus text format and its optional HTTP listener.
 //! - [`retention`]: the coordinator that keeps the store within its age and
 //!   size limits (through the writers, R8).
 //! - [`daemon`]: start-up order, drain threads, shutdown.
@@ -29,6 +30,8 @@ pub mod channel;
 pub mod config;
 #[cfg(not(loom))]
 pub mod daemon;
+#[cfg(not(loom))]
+pub mod metrics;
 #[cfg(not(loom))]
 pub mod query;
 #[cfg(not(loom))]

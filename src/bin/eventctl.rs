@@ -30,8 +30,9 @@ enum Command {
     Emit(EmitArgs),
     /// List stored events from every shard, merged in time order.
     Query(QueryArgs),
-    /// What the daemon knows now: per ring, per channel, per shard.
-    Stats,
+    /// What the daemon knows now: per ring, channel and shard, queries and
+    /// retention.
+    Stats(StatsArgs),
     /// Shard files: size, event count, active or historical.
     Shards,
     /// The daemon's effective settings.
@@ -107,6 +108,13 @@ struct EmitArgs {
     message: Option<String>,
 }
 
+#[derive(clap::Args)]
+struct StatsArgs {
+    /// Print the Prometheus text exposition format instead of JSON.
+    #[arg(long)]
+    prometheus: bool,
+}
+
 fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -127,7 +135,8 @@ fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Emit(emit) => run_emit(&settings, emit),
         Command::Query(q) => run_query(&settings, q),
-        Command::Stats => report(&socket, Request::Stats),
+        Command::Stats(StatsArgs { prometheus: false }) => report(&socket, Request::Stats),
+        Command::Stats(StatsArgs { prometheus: true }) => report(&socket, Request::Metrics),
         Command::Shards => report(&socket, Request::Shards),
         Command::Config => report(&socket, Request::Config),
     }
@@ -274,6 +283,8 @@ fn report(socket: &std::path::Path, request: Request) -> anyhow::Result<()> {
     eventd::query::client::call(socket, &request, |v| {
         if let Some(e) = v.get("error") {
             failure = Some(refusal("the request", e));
+        } else if let Some(text) = v.get("metrics").and_then(|m| m.as_str()) {
+            print!("{text}");
         } else {
             println!(
                 "{}",

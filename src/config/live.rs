@@ -4,7 +4,7 @@
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once (MaxBatchSize: the writers' next commit threshold, never a
 //! channel; the retention limits), and restart-only keys (StorageShards, the
-//! directories, RingBytes, MaxConcurrentQueries, QueryGroup) are deferred:
+//! directories, RingBytes, MaxConcurrentQueries, QueryGroup, MetricsListen) are deferred:
 //! logged once and shown by `eventctl config` until the next start.
 
 use super::{ConfigFile, Settings};
@@ -147,6 +147,11 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         running.query_group.clone(),
         file.query_group.clone(),
     );
+    let listen = |s: &Settings| {
+        s.metrics_listen
+            .map_or("unset".to_string(), |a| a.to_string())
+    };
+    check("MetricsListen", listen(running), listen(file));
     changes
 }
 

@@ -55,6 +55,10 @@ pub struct ConfigFile {
     /// Members of this group may query (root and eventd's own user always
     /// may). Default "eventd"; a group that does not exist allows no one else.
     pub query_group: Option<String>,
+    /// Serve Prometheus metrics over HTTP on this loopback address, e.g.
+    /// "127.0.0.1:9464" (unset = no listener; `eventctl stats
+    /// --prometheus` always works).
+    pub metrics_listen: Option<String>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -89,6 +93,7 @@ pub struct Settings {
     pub retention_max_age: Option<Duration>,
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
@@ -156,6 +161,10 @@ impl ConfigFile {
                 Some(text) => Some(parse_age(text)?),
             },
             config_file: None,
+            metrics_listen: match &self.metrics_listen {
+                None => None,
+                Some(text) => Some(parse_listen(text)?),
+            },
             query_group: self
                 .query_group
                 .clone()
@@ -198,6 +207,20 @@ fn ranged(
             key,
             value: v.to_string(),
             allowed: format!("{lo}..={hi}"),
+        }),
+    }
+}
+
+/// A loopback socket address: metrics are for the host's own scraper (or
+/// an SSH tunnel), never exposed to the network by eventd itself.
+fn parse_listen(text: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    match text.trim().parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.ip().is_loopback() => Ok(addr),
+        _ => Err(ConfigError::Range {
+            key: "MetricsListen",
+            value: format!("{text:?}"),
+            allowed: "a loopback address and port, such as \"127.0.0.1:9464\" or \"[::1]:9464\""
+                .to_string(),
         }),
     }
 }

@@ -64,6 +64,15 @@ fn other_ranges_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("RetentionMaxAge") && e.contains("soon"), "{e}");
+    for bad in ["0.0.0.0:9464", "192.168.1.5:80", "localhost"] {
+        let e = resolve(&format!("MetricsListen = \"{bad}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MetricsListen") && e.contains(bad), "{e}");
+        assert!(e.contains("loopback"), "{e}");
+    }
+    let ok = resolve("MetricsListen = \"[::1]:9464\"").unwrap();
+    assert_eq!(ok.metrics_listen, Some("[::1]:9464".parse().unwrap()));
 }
 
 #[test]

@@ -12,6 +12,7 @@
 
 pub mod drain;
 mod lock;
+mod metrics;
 mod report;
 pub mod signals;
 
@@ -140,6 +141,11 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("metrics listener on {addr} (MetricsListen): {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("handoff channel capacity: {0}")]
     Channel(#[from] crate::channel::CapacityError),
     #[error("{0}")]
@@ -161,6 +167,7 @@ pub struct DaemonState {
     pub needed_descriptors: u64,
     pub trackers: Arc<[CommitTracker]>,
     pub retention: Arc<RetentionStats>,
+    pub queries: Arc<crate::query::QueryStats>,
 }
 
 /// Called (from the failing thread) when a drain or writer thread stops
@@ -178,6 +185,7 @@ pub struct Daemon {
     retention: Option<JoinHandle<()>>,
     retention_stop: Arc<crate::retention::Stop>,
     query: Option<crate::query::QueryServer>,
+    _metrics: Option<crate::metrics::MetricsListener>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
     lock: DataDirLock,
@@ -377,6 +385,7 @@ impl Daemon {
             needed_descriptors: needed,
             trackers,
             retention: retention_stats.clone(),
+            queries: Arc::new(crate::query::QueryStats::default()),
         });
         let group = crate::query::server::group_id(&settings.query_group);
         if group.is_none() {
@@ -429,11 +438,24 @@ impl Daemon {
             settings.max_concurrent_queries,
             crate::query::Access { group },
             reporter,
+            state.queries.clone(),
         )
         .map_err(|source| DaemonError::Query {
             path: settings.run_dir.clone(),
             source,
         })?;
+        let metrics = match settings.metrics_listen {
+            None => None,
+            Some(addr) => {
+                let state = state.clone();
+                let render: crate::metrics::http::Render =
+                    Arc::new(move || metrics::render(&state));
+                let listener = crate::metrics::MetricsListener::start(addr, render)
+                    .map_err(|source| DaemonError::Metrics { addr, source })?;
+                log::info!("metrics on http://{}/metrics", listener.addr());
+                Some(listener)
+            }
+        };
         lock.mark_ready()?;
         Ok(Daemon {
             state,
@@ -444,6 +466,7 @@ impl Daemon {
             retention: Some(retention),
             retention_stop,
             query: Some(query),
+            _metrics: metrics,
             live,
             _watch: watch,
             lock,

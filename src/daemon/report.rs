@@ -25,6 +25,7 @@ pub fn answer(
                 "last_reload_error": live.last_error,
             }})
         }
+        Request::Metrics => json!({ "metrics": super::metrics::render(state) }),
         Request::Query { .. } => {
             json!({ "error": { "code": "internal", "message": "not a report" } })
         }
@@ -65,6 +66,7 @@ fn stats(state: &DaemonState) -> Value {
                 "shard": j,
                 "path": state.shard_paths[j],
                 "events": w.events.load(Ordering::Relaxed),
+                "event_bytes": w.event_bytes.load(Ordering::Relaxed),
                 "lost": w.lost.load(Ordering::Relaxed),
                 "commits": w.commits.load(Ordering::Relaxed),
                 "batch_max": w.batch_max.load(Ordering::Relaxed),
@@ -72,6 +74,9 @@ fn stats(state: &DaemonState) -> Value {
                 "last_error": *w.last_error.lock().unwrap_or_else(|p| p.into_inner()),
                 "latency_us_p50": h.latency_us.value_at_quantile(0.5),
                 "latency_us_p99": h.latency_us.value_at_quantile(0.99),
+                "commit_us_p50": h.commit_us.value_at_quantile(0.5),
+                "commit_us_p99": h.commit_us.value_at_quantile(0.99),
+                "batch_items_p50": h.batch_items.value_at_quantile(0.5),
                 "channel": {
                     "slots": c.capacity.slots,
                     "bytes": c.capacity.bytes,
@@ -95,9 +100,19 @@ fn stats(state: &DaemonState) -> Value {
         "errors": r.errors.load(Ordering::Relaxed),
         "last_error": *r.last_error.lock().unwrap_or_else(|p| p.into_inner()),
     });
+    let q = &state.queries;
+    let queries = json!({
+        "running": q.running.load(Ordering::Relaxed),
+        "answered": q.served.load(Ordering::Relaxed),
+        "refused_busy": q.refused_busy.load(Ordering::Relaxed),
+        "refused_denied": q.refused_denied.load(Ordering::Relaxed),
+        "refused_bad_request": q.refused_bad_request.load(Ordering::Relaxed),
+        "failed": q.failed.load(Ordering::Relaxed),
+    });
     json!({
         "rings": rings,
         "shards": shards,
+        "queries": queries,
         "retention": retention,
         "descriptor_allowance": state.needed_descriptors,
     })

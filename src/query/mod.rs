@@ -12,6 +12,6 @@ pub mod server;
 pub use fanout::{EventRow, FanOut, GapRow};
 pub use filter::{Cursor, Filter, Order};
 pub use protocol::Request;
-pub use server::{Access, QueryServer};
+pub use server::{Access, QueryServer, QueryStats};
 pub mod client;
 pub mod render;

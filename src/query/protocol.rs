@@ -10,8 +10,8 @@
 //! ← {"warning":"shard-007.db: not read: ..."}      a shard that did not answer
 //! ← {"end":{"count":100,"cursor":"<token>"}}       the cursor continues the listing
 //!
-//! → {"op":"stats"} | {"op":"shards"} | {"op":"config"}
-//! ← {"stats":{...}} | {"shards":[...]} | {"config":{...}}
+//! → {"op":"stats"} | {"op":"shards"} | {"op":"config"} | {"op":"metrics"}
+//! ← {"stats":{...}} | {"shards":[...]} | {"config":{...}} | {"metrics":"<Prometheus text>"}
 //!
 //! ← {"error":{"code":"busy"|"denied"|"bad_request","message":"..."}}
 //! ```
@@ -40,6 +40,8 @@ pub enum Request {
     Stats,
     Shards,
     Config,
+    /// The same figures as `stats`, in the Prometheus text format.
+    Metrics,
 }
 
 /// Error codes a client can act on.

@@ -120,11 +120,30 @@ pub struct QueryServer {
     accept: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What the query server counts, for `eventctl stats` and the metrics.
+#[derive(Debug, Default)]
+pub struct QueryStats {
+    /// Connections holding a slot now (queries, follows and reports): the
+    /// slot count itself, taken and given back with AcqRel.
+    pub running: AtomicU64,
+    /// Requests answered (a slot taken, the request understood). Relaxed,
+    /// like the refusals: monitoring only.
+    pub served: AtomicU64,
+    /// Refused because MaxConcurrentQueries were running.
+    pub refused_busy: AtomicU64,
+    /// Refused because of the peer's credentials.
+    pub refused_denied: AtomicU64,
+    /// Requests that could not be understood.
+    pub refused_bad_request: AtomicU64,
+    /// Queries that failed in the daemon (an unreadable store, say).
+    pub failed: AtomicU64,
+}
+
 struct Shared {
     store_dir: PathBuf,
     access: Access,
     max_queries: u64,
-    running: AtomicU64,
+    stats: Arc<QueryStats>,
     reporter: Reporter,
     stop: Arc<AtomicBool>,
     pool: Arc<super::fanout::ConnectionPool>,
@@ -147,6 +166,7 @@ impl QueryServer {
         max_queries: u64,
         access: Access,
         reporter: Reporter,
+        stats: Arc<QueryStats>,
     ) -> std::io::Result<QueryServer> {
         let path = run_dir.join("query.sock");
         // The data-directory lock is held, so a socket file left here is a
@@ -171,7 +191,7 @@ impl QueryServer {
             store_dir: store_dir.to_path_buf(),
             access,
             max_queries,
-            running: AtomicU64::new(0),
+            stats,
             reporter,
             stop: stop.clone(),
             pool: Arc::new(super::fanout::ConnectionPool::new(max_queries as usize)),
@@ -245,6 +265,7 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     // of the answer.
     let request = read_request(&stream);
     if !shared.access.allows(uid, gid) {
+        shared.stats.refused_denied.fetch_add(1, Ordering::Relaxed);
         log::info!("query refused: pid {pid} uid {uid} gid {gid} may not read events");
         let _ = writeln!(
             stream,
@@ -261,12 +282,14 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     }
     // Take a slot (only while one is free), or answer busy at once.
     let taken = shared
+        .stats
         .running
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
             (n < shared.max_queries).then_some(n + 1)
         });
-    let _slot = taken.is_ok().then(|| Slot(&shared.running));
+    let _slot = taken.is_ok().then(|| Slot(&shared.stats.running));
     if taken.is_err() {
+        shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
         let _ = writeln!(
             stream,
             "{}",
@@ -283,6 +306,10 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     let request = match request {
         Ok(r) => r,
         Err(message) => {
+            shared
+                .stats
+                .refused_bad_request
+                .fetch_add(1, Ordering::Relaxed);
             let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
             return;
         }
@@ -290,13 +317,19 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     let result = match request {
         Request::Query { filter, follow } => {
             if let Err(message) = check_filter(&filter, follow) {
+                shared
+                    .stats
+                    .refused_bad_request
+                    .fetch_add(1, Ordering::Relaxed);
                 let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
                 return;
             }
+            shared.stats.served.fetch_add(1, Ordering::Relaxed);
             match run_query(&mut stream, shared, filter, follow) {
                 // The client is still there (a store that cannot be read,
                 // say): tell it, rather than just closing.
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && !peer_gone(&stream) => {
+                    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
                     log::warn!("query from pid {pid} failed: {e}");
                     writeln!(
                         stream,
@@ -308,6 +341,7 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
             }
         }
         other => {
+            shared.stats.served.fetch_add(1, Ordering::Relaxed);
             let answer = (shared.reporter)(&other);
             writeln!(stream, "{answer}")
         }

@@ -30,6 +30,9 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct WriterStats {
     pub events: AtomicU64,
+    /// Payload bytes of the committed events (provider, name, message and
+    /// fields as received).
+    pub event_bytes: AtomicU64,
     /// Sequence numbers stored as gaps.
     pub lost: AtomicU64,
     pub commits: AtomicU64,
@@ -47,6 +50,8 @@ pub struct WriterHistograms {
     pub latency_us: Histogram<u64>,
     /// Items (events and gaps) per commit.
     pub batch_items: Histogram<u64>,
+    /// How long each commit's transaction took, in µs.
+    pub commit_us: Histogram<u64>,
 }
 
 impl Default for WriterHistograms {
@@ -57,6 +62,8 @@ impl Default for WriterHistograms {
             latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("valid constant bounds"),
             batch_items: Histogram::new_with_bounds(1, 10_000_000, 3)
+                .expect("valid constant bounds"),
+            commit_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
                 .expect("valid constant bounds"),
         }
     }
@@ -256,8 +263,9 @@ impl ShardWriter {
     fn commit(&mut self) -> rusqlite::Result<()> {
         self.runs.clear();
         let now_ns = crate::rings::now_ns();
+        let started = std::time::Instant::now();
         let tx = self.conn.transaction()?;
-        let (mut events, mut lost) = (0u64, 0u64);
+        let (mut events, mut lost, mut bytes) = (0u64, 0u64, 0u64);
         {
             let mut insert_event = tx.prepare_cached(INSERT_EVENT)?;
             let mut insert_gap = tx.prepare_cached(
@@ -287,6 +295,7 @@ impl ShardWriter {
                             fields,
                         ])?;
                         events += 1;
+                        bytes += self.batch.payload(i).len() as u64;
                     }
                     (kind, _) => {
                         // A gap, or (never from our drain) an event whose
@@ -335,12 +344,13 @@ impl ShardWriter {
             }
         }
         tx.commit()?;
-        self.record_commit();
+        self.record_commit(started.elapsed());
         for run in &self.runs {
             self.shared.trackers[run.ring as usize].committed(run.first, run.last);
         }
         let s = &self.stats;
         s.events.fetch_add(events, Ordering::Relaxed);
+        s.event_bytes.fetch_add(bytes, Ordering::Relaxed);
         s.lost.fetch_add(lost, Ordering::Relaxed);
         s.commits.fetch_add(1, Ordering::Relaxed);
         s.batch_max
@@ -350,8 +360,9 @@ impl ShardWriter {
 }
 
 impl ShardWriter {
-    /// Records the emit-to-commit latency of the batch's events.
-    fn record_commit(&self) {
+    /// Records the commit's duration and size, and the emit-to-commit
+    /// latency of the batch's events.
+    fn record_commit(&self, took: Duration) {
         let done_ns = crate::rings::now_ns();
         let mut h = self
             .stats
@@ -366,6 +377,8 @@ impl ShardWriter {
             }
         }
         h.batch_items.saturating_record(self.batch.len() as u64);
+        h.commit_us
+            .saturating_record((took.as_micros() as u64).max(1));
     }
 }
 

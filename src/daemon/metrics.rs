@@ -1,0 +1,317 @@
+//! The daemon's figures in the Prometheus text format: what `eventctl stats
+//! --prometheus` prints and the MetricsListen listener serves.
+//!
+//! Families, by stage (labels in braces):
+//! - rings {cpu}: drained, lost (stored as gaps), producer refusals, backlog
+//!   (bytes of whole pages not yet drained: the drain's lag), committed
+//!   sequence watermark;
+//! - channels {shard}: capacity and occupancy in slots and bytes, full stalls;
+//! - shards {shard}: commits, events, event bytes, gap sequences, commit
+//!   errors; histograms of items per commit, commit time and emit-to-commit
+//!   latency;
+//! - queries: running, answered, refused {reason}, failed;
+//! - retention: passes, deleted events, bytes, gaps and receipts, compacted
+//!   receipts, vacuumed pages, errors, store bytes in use.
+
+use super::DaemonState;
+use crate::metrics::{Exposition, Kind};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Histogram bounds in seconds: 10 µs to 10 s.
+const SECONDS: &[f64] = &[
+    0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// Items per commit: powers of four up to the largest MaxBatchSize.
+const ITEMS: &[f64] = &[
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+];
+
+fn load(a: &AtomicU64) -> f64 {
+    a.load(Ordering::Relaxed) as f64
+}
+
+pub fn render(state: &DaemonState) -> String {
+    let mut e = Exposition::new();
+    rings(&mut e, state);
+    channels(&mut e, state);
+    shards(&mut e, state);
+    queries(&mut e, state);
+    retention(&mut e, state);
+    e.finish()
+}
+
+fn rings(e: &mut Exposition, state: &DaemonState) {
+    let labels: Vec<[(&str, String); 1]> = state
+        .rings
+        .iter()
+        .map(|r| [("cpu", r.cpu().to_string())])
+        .collect();
+    let per_ring = |f: &dyn Fn(usize) -> f64| -> Vec<(&[(&str, String)], f64)> {
+        labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (&l[..], f(i)))
+            .collect()
+    };
+    e.family(
+        "eventd_ring_drained_events_total",
+        "Events the drain read from the ring and handed to a shard writer.",
+        Kind::Counter,
+        per_ring(&|i| load(&state.drains[i].events)),
+    );
+    e.family(
+        "eventd_ring_lost_events_total",
+        "Sequence numbers the drain found lost (overwritten, abandoned or corrupt), \
+         stored as gaps.",
+        Kind::Counter,
+        per_ring(&|i| load(&state.drains[i].lost)),
+    );
+    e.family(
+        "eventd_ring_skipped_events_total",
+        "Events read again after a restart that were already committed.",
+        Kind::Counter,
+        per_ring(&|i| load(&state.drains[i].skipped)),
+    );
+    e.family(
+        "eventd_ring_producer_refusals_total",
+        "Emits producers refused before taking a sequence number (no gap accounts for them).",
+        Kind::Counter,
+        per_ring(&|i| state.rings[i].producer_refusals() as f64),
+    );
+    e.family(
+        "eventd_ring_backlog_bytes",
+        "Bytes of whole pages written by producers and not yet drained (the drain's lag).",
+        Kind::Gauge,
+        per_ring(&|i| {
+            let r = &state.rings[i];
+            (r.backlog_pages() * r.geometry().page_size as u64) as f64
+        }),
+    );
+    e.family(
+        "eventd_ring_size_bytes",
+        "Bytes of the ring's pages.",
+        Kind::Gauge,
+        per_ring(&|i| {
+            let g = state.rings[i].geometry();
+            (g.page_size * g.page_count) as f64
+        }),
+    );
+    e.family(
+        "eventd_ring_committed_through_seq",
+        "Every sequence number of the ring up to this one is committed or stored as a gap.",
+        Kind::Gauge,
+        per_ring(&|i| state.trackers[i].watermark() as f64),
+    );
+}
+
+fn shard_labels(state: &DaemonState) -> Vec<[(&'static str, String); 1]> {
+    (0..state.writers.len())
+        .map(|j| [("shard", j.to_string())])
+        .collect()
+}
+
+fn channels(e: &mut Exposition, state: &DaemonState) {
+    let labels = shard_labels(state);
+    let stats: Vec<_> = state.channels.iter().map(|c| c.stats()).collect();
+    let per = |f: &dyn Fn(&crate::channel::ChannelStats) -> u64| -> Vec<(&[(&str, String)], f64)> {
+        labels
+            .iter()
+            .zip(&stats)
+            .map(|(l, s)| (&l[..], f(s) as f64))
+            .collect()
+    };
+    e.family(
+        "eventd_channel_capacity_slots",
+        "Slots of the shard's handoff channel (fixed at start).",
+        Kind::Gauge,
+        per(&|s| s.capacity.slots as u64),
+    );
+    e.family(
+        "eventd_channel_capacity_bytes",
+        "Payload bytes the shard's handoff channel may hold (fixed at start).",
+        Kind::Gauge,
+        per(&|s| s.capacity.bytes),
+    );
+    e.family(
+        "eventd_channel_occupied_slots",
+        "Slots admitted and not yet released by the writer.",
+        Kind::Gauge,
+        per(&|s| s.occupied_slots),
+    );
+    e.family(
+        "eventd_channel_occupied_bytes",
+        "Payload bytes admitted and not yet released by the writer.",
+        Kind::Gauge,
+        per(&|s| s.occupied_bytes),
+    );
+    e.family(
+        "eventd_channel_full_stalls_total",
+        "Times a drain found the channel full and waited (the ring absorbed the backlog).",
+        Kind::Counter,
+        per(&|s| s.full_stalls),
+    );
+}
+
+fn shards(e: &mut Exposition, state: &DaemonState) {
+    let labels = shard_labels(state);
+    let per = |f: &dyn Fn(&crate::store::WriterStats) -> f64| -> Vec<(&[(&str, String)], f64)> {
+        labels
+            .iter()
+            .zip(&state.writers)
+            .map(|(l, w)| (&l[..], f(w)))
+            .collect()
+    };
+    e.family(
+        "eventd_shard_commits_total",
+        "Transactions committed (events, gaps and receipts together).",
+        Kind::Counter,
+        per(&|w| load(&w.commits)),
+    );
+    e.family(
+        "eventd_shard_events_total",
+        "Event rows committed.",
+        Kind::Counter,
+        per(&|w| load(&w.events)),
+    );
+    e.family(
+        "eventd_shard_event_bytes_total",
+        "Payload bytes (provider, name, message, fields) of the committed events.",
+        Kind::Counter,
+        per(&|w| load(&w.event_bytes)),
+    );
+    e.family(
+        "eventd_shard_gap_events_total",
+        "Lost sequence numbers committed as gap rows.",
+        Kind::Counter,
+        per(&|w| load(&w.lost)),
+    );
+    e.family(
+        "eventd_shard_commit_errors_total",
+        "Commits that failed and were retried.",
+        Kind::Counter,
+        per(&|w| load(&w.commit_errors)),
+    );
+    let histograms: Vec<_> = state
+        .writers
+        .iter()
+        .map(|w| w.histograms.lock().unwrap_or_else(|p| p.into_inner()))
+        .collect();
+    e.histogram(
+        "eventd_shard_commit_items",
+        "Items (events and gaps) per commit.",
+        1.0,
+        ITEMS,
+        labels
+            .iter()
+            .zip(&histograms)
+            .map(|(l, h)| (&l[..], &h.batch_items)),
+    );
+    e.histogram(
+        "eventd_shard_commit_seconds",
+        "Time each commit's transaction took.",
+        1e-6,
+        SECONDS,
+        labels
+            .iter()
+            .zip(&histograms)
+            .map(|(l, h)| (&l[..], &h.commit_us)),
+    );
+    e.histogram(
+        "eventd_shard_emit_to_commit_seconds",
+        "From an event's timestamp to the end of the commit that stored it.",
+        1e-6,
+        SECONDS,
+        labels
+            .iter()
+            .zip(&histograms)
+            .map(|(l, h)| (&l[..], &h.latency_us)),
+    );
+}
+
+fn queries(e: &mut Exposition, state: &DaemonState) {
+    let q = &state.queries;
+    e.single(
+        "eventd_queries_running",
+        "Query connections holding a slot (queries, follows, reports).",
+        Kind::Gauge,
+        load(&q.running),
+    );
+    e.single(
+        "eventd_queries_total",
+        "Requests answered.",
+        Kind::Counter,
+        load(&q.served),
+    );
+    let reasons = [
+        [("reason", "busy".to_string())],
+        [("reason", "denied".to_string())],
+        [("reason", "bad_request".to_string())],
+    ];
+    let counts = [&q.refused_busy, &q.refused_denied, &q.refused_bad_request];
+    e.family(
+        "eventd_queries_refused_total",
+        "Requests refused: MaxConcurrentQueries reached, credentials, or not understood.",
+        Kind::Counter,
+        reasons.iter().zip(counts).map(|(l, c)| (&l[..], load(c))),
+    );
+    e.single(
+        "eventd_queries_failed_total",
+        "Queries that failed in the daemon.",
+        Kind::Counter,
+        load(&q.failed),
+    );
+}
+
+fn retention(e: &mut Exposition, state: &DaemonState) {
+    let r = &state.retention;
+    for (name, help, value) in [
+        (
+            "eventd_retention_passes_total",
+            "Retention passes made with a limit set.",
+            &r.passes,
+        ),
+        (
+            "eventd_retention_deleted_events_total",
+            "Events deleted by retention.",
+            &r.events_deleted,
+        ),
+        (
+            "eventd_retention_deleted_event_bytes_total",
+            "Payload bytes of the events deleted by retention.",
+            &r.event_bytes_deleted,
+        ),
+        (
+            "eventd_retention_deleted_gaps_total",
+            "Gap rows deleted by retention.",
+            &r.gaps_deleted,
+        ),
+        (
+            "eventd_retention_deleted_receipts_total",
+            "Receipts of rings that no longer exist deleted by retention.",
+            &r.receipts_deleted,
+        ),
+        (
+            "eventd_retention_compacted_receipts_total",
+            "Receipts of live rings replaced by summary rows.",
+            &r.receipts_compacted,
+        ),
+        (
+            "eventd_retention_vacuumed_pages_total",
+            "Database pages given back to the filesystem.",
+            &r.pages_vacuumed,
+        ),
+        (
+            "eventd_retention_errors_total",
+            "Retention steps that failed (the pass went on with the other shards).",
+            &r.errors,
+        ),
+    ] {
+        e.single(name, help, Kind::Counter, load(value));
+    }
+    e.single(
+        "eventd_store_used_bytes",
+        "Bytes in database pages in use over the whole store, at the last size check.",
+        Kind::Gauge,
+        load(&r.store_used_bytes),
+    );
+}

@@ -1,0 +1,227 @@
+//! Metrics against counted truth: a known load through the real daemon,
+//! then every figure compared with what the test emitted, what the shard
+//! files hold and what the query server was asked. Scraped both ways: the
+//! loopback HTTP listener and `eventctl stats --prometheus`.
+#![cfg(not(loom))]
+
+mod common;
+
+use common::*;
+use eventd::rings::{now_ns, online_cpus, Emitter, Event, Level};
+use prometheus_parse::{Scrape, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn scrape_http(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
+    out.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+fn scrape_eventctl(data: &Path) -> String {
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["stats", "--prometheus"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// name → (label value of `label`, or "" → value), for counters and gauges;
+/// histograms as their `_count`.
+fn parse(text: &str, label: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let mut out: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for s in scrape.samples {
+        let key = s.labels.get(label).unwrap_or("").to_string();
+        let v = match s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            Value::Histogram(b) => b.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => continue,
+        };
+        out.entry(s.metric).or_default().insert(key, v);
+    }
+    out
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn queries_running(port: u16) -> f64 {
+    parse(&scrape_http(port), "")["eventd_queries_running"][""]
+}
+
+#[test]
+fn metrics_match_counted_truth_after_a_known_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "StorageShards = 3\nMaxConcurrentQueries = 1\nMetricsListen = \"127.0.0.1:{port}\"\n"
+        ),
+    );
+    let eventd = Eventd::start(&data, Some(&cfg));
+
+    // A known load: a different number of events per ring, messages of
+    // varying length, some with fields.
+    let cpus = online_cpus();
+    let emitter = Emitter::open(data.join("kmes")).unwrap();
+    let mut per_cpu: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut bytes = 0u64;
+    let mut total = 0u64;
+    for (k, &cpu) in cpus.iter().enumerate() {
+        let n = 700 + 400 * k as u64;
+        for i in 0..n {
+            let message = "m".repeat(1 + (i as usize * 7) % 300);
+            let fields = if i % 3 == 0 {
+                format!("{{\"i\":{i}}}")
+            } else {
+                String::new()
+            };
+            let event = Event {
+                ts_ns: now_ns(),
+                pid: 1,
+                tid: 1,
+                uid: 0,
+                level: Level::Notice,
+                provider: "metrics-test",
+                name: "load",
+                message: &message,
+                fields: &fields,
+            };
+            emitter.ring(cpu).unwrap().emit(&event).unwrap();
+            bytes += ("metrics-test".len() + "load".len() + message.len() + fields.len()) as u64;
+            total += 1;
+            if total % 500 == 0 {
+                wait_for_events(&data, total);
+            }
+        }
+        per_cpu.insert(cpu, n);
+    }
+    wait_for_events(&data, total);
+
+    // Known query traffic: the one slot held by a follower makes the next
+    // query busy; a malformed request; a peer refused by its credentials.
+    let mut follower = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["query", "--follow"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the follower's slot", || queries_running(port) == 1.0);
+    let busy = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["query", "--limit", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("busy"));
+    follower.kill().unwrap();
+    follower.wait().unwrap();
+    wait_until("the slot back", || queries_running(port) == 0.0);
+    let socket = data.join("run/query.sock");
+    let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    writeln!(s, "not json").unwrap();
+    let mut answer = String::new();
+    BufReader::new(&s).read_line(&mut answer).unwrap();
+    assert!(answer.contains("bad_request"), "{answer}");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let mut cmd = Command::new(EVENTCTL);
+        cmd.arg("--data-dir").arg(&data).args(["query"]);
+        // SAFETY: setgid/setuid in the child before exec only.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(String::from_utf8_lossy(&out.stderr).contains("denied"));
+    }
+
+    // The truth in the shard files.
+    let files = shards(&data);
+    let file_of =
+        |shard: &str| -> &rusqlite::Connection { &files[shard.parse::<usize>().unwrap()].1 };
+    let one = |c: &rusqlite::Connection, sql: &str| -> f64 {
+        c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as f64
+    };
+
+    for text in [scrape_http(port), scrape_eventctl(&data)] {
+        let by_cpu = parse(&text, "cpu");
+        for (cpu, n) in &per_cpu {
+            let cpu = cpu.to_string();
+            assert_eq!(by_cpu["eventd_ring_drained_events_total"][&cpu], *n as f64);
+            assert_eq!(by_cpu["eventd_ring_lost_events_total"][&cpu], 0.0);
+            assert_eq!(
+                by_cpu["eventd_ring_committed_through_seq"][&cpu], *n as f64,
+                "every sequence committed"
+            );
+            assert_eq!(by_cpu["eventd_ring_backlog_bytes"][&cpu], 0.0);
+        }
+
+        let by_shard = parse(&text, "shard");
+        let events = &by_shard["eventd_shard_events_total"];
+        assert_eq!(events.len(), 3);
+        assert_eq!(events.values().sum::<f64>(), total as f64);
+        let event_bytes = &by_shard["eventd_shard_event_bytes_total"];
+        assert_eq!(event_bytes.values().sum::<f64>(), bytes as f64);
+        for (shard, n) in events {
+            let c = file_of(shard);
+            assert_eq!(*n, one(c, "SELECT count(*) FROM events"), "shard {shard}");
+            assert_eq!(
+                event_bytes[shard],
+                one(
+                    c,
+                    "SELECT sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
+                     + length(CAST(message AS BLOB)) + ifnull(length(CAST(fields AS BLOB)), 0)) \
+                     FROM events"
+                ),
+                "shard {shard}"
+            );
+            // Every commit wrote its receipts with one commit time.
+            let commits = one(c, "SELECT count(DISTINCT committed_at) FROM receipts");
+            assert_eq!(by_shard["eventd_shard_commits_total"][shard], commits);
+            assert_eq!(by_shard["eventd_shard_commit_items"][shard], commits);
+            assert_eq!(by_shard["eventd_shard_commit_seconds"][shard], commits);
+            assert_eq!(by_shard["eventd_shard_emit_to_commit_seconds"][shard], *n);
+            assert_eq!(by_shard["eventd_shard_gap_events_total"][shard], 0.0);
+            assert_eq!(by_shard["eventd_channel_occupied_slots"][shard], 0.0);
+            assert!(by_shard["eventd_channel_capacity_slots"][shard] > 0.0);
+        }
+
+        let by_reason = parse(&text, "reason");
+        let refused = &by_reason["eventd_queries_refused_total"];
+        assert_eq!(refused["busy"], 1.0, "{text}");
+        assert_eq!(refused["bad_request"], 1.0);
+        assert_eq!(refused["denied"], if root { 1.0 } else { 0.0 });
+        assert_eq!(by_reason["eventd_retention_deleted_events_total"][""], 0.0);
+    }
+    eventd.stop();
+}
