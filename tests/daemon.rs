@@ -635,3 +635,38 @@ fn r11_r13_configuration_reloads_live_keys_and_defers_restart_only_ones() {
     );
     eventd.stop();
 }
+
+#[test]
+fn log_lines_are_structured_and_json_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let eventd = Eventd::start_with(&data, None, &["--log-format", "json"]);
+    let log_path = eventd.log.clone();
+    eventd.stop();
+    let log = read(&log_path);
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let recovered: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "ring recovered")
+        .collect();
+    assert_eq!(recovered.len(), eventd::rings::online_cpus().len(), "{log}");
+    for l in recovered {
+        assert_eq!(l["level"], "INFO");
+        assert!(
+            l["fields"]["cpu"].is_u64() && l["fields"]["resume_seq"] == 1,
+            "{l}"
+        );
+    }
+    // The default is text, to stderr, without colours when not a terminal.
+    let eventd = Eventd::start(&data, None);
+    let log_path = eventd.log.clone();
+    eventd.stop();
+    let log = read(&log_path);
+    assert!(
+        log.contains("ring recovered cpu=") && !log.contains('\x1b'),
+        "{log}"
+    );
+}

@@ -28,17 +28,52 @@ struct Args {
     /// Byte budget of each shard channel; internal, as above.
     #[arg(long, hide = true, value_name = "BYTES")]
     channel_bytes: Option<u64>,
+    /// Log line format on stderr. The level filter comes from EVENTD_LOG
+    /// (tracing's EnvFilter syntax, e.g. "info" or "eventd=debug"; default
+    /// "info").
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// Milliseconds between retention passes; internal, for tests.
     #[arg(long, hide = true, value_name = "MS")]
     retention_interval_ms: Option<u64>,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event, fields as key=value.
+    Text,
+    /// One JSON object per line (for journald or a log shipper).
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = match std::env::var("EVENTD_LOG") {
+        Err(_) => tracing_subscriber::EnvFilter::new("info"),
+        Ok(text) => tracing_subscriber::EnvFilter::try_new(&text).unwrap_or_else(|e| {
+            eprintln!("eventd: EVENTD_LOG={text:?} is not a log filter ({e}); using \"info\"");
+            tracing_subscriber::EnvFilter::new("info")
+        }),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, not for a file or journald.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    match run(Args::parse()) {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            log::error!("{e:#}");
+            // The whole chain of causes, as text: it names the file, key or
+            // limit that stopped eventd.
+            tracing::error!("{e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -78,18 +113,15 @@ fn run(args: Args) -> anyhow::Result<()> {
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     });
     let daemon = Daemon::start(&settings, tunables, on_failure)?;
-    log::info!(
-        "eventd running, data directory {}",
-        settings.data_dir.display()
-    );
+    tracing::info!(data_dir = %settings.data_dir.display(), "eventd running");
     let signal = loop {
         match signals.wait().context("waiting for a signal")? {
             libc::SIGHUP => daemon.reload(),
             other => break other,
         }
     };
-    log::info!("signal {signal}: stopping; writers commit what they hold");
+    tracing::info!(signal, "stopping; writers commit what they hold");
     daemon.join()?;
-    log::info!("stopped");
+    tracing::info!("stopped");
     Ok(())
 }

@@ -64,13 +64,13 @@ impl LiveConfig {
     /// defaults) there is nothing to reload.
     pub fn reload(&self) {
         let Some(file) = &self.file else {
-            log::info!("reload: eventd runs with embedded defaults; no file to read");
+            tracing::info!("reload: eventd runs with embedded defaults; no file to read");
             return;
         };
         let new = match ConfigFile::load(file).and_then(|f| f.resolve(&self.data_dir)) {
             Ok(s) => s,
             Err(e) => {
-                log::error!("reload refused, the running configuration stays: {e}");
+                tracing::error!(file = %file.display(), error = %e, "reload refused; the running configuration stays");
                 self.lock().last_error = Some(e.to_string());
                 return;
             }
@@ -82,23 +82,27 @@ impl LiveConfig {
             // Relaxed: the writers only need the new value eventually; it
             // guards nothing else.
             self.max_batch.store(new.max_batch_size, Ordering::Relaxed);
-            log::info!(
-                "MaxBatchSize {} -> {} (the next commits; channels unchanged)",
-                old.max_batch_size,
-                new.max_batch_size
+            tracing::info!(
+                from = old.max_batch_size,
+                to = new.max_batch_size,
+                "MaxBatchSize changed: applies to the next commits; channels unchanged"
             );
             state.effective.max_batch_size = new.max_batch_size;
         }
         if new.retention_max_age != old.retention_max_age
             || new.retention_max_bytes != old.retention_max_bytes
         {
-            log::info!("retention limits changed (applied at the next retention pass)");
+            tracing::info!(
+                max_age = ?new.retention_max_age,
+                max_bytes = ?new.retention_max_bytes,
+                "retention limits changed; they apply at the next retention pass"
+            );
             state.effective.retention_max_age = new.retention_max_age;
             state.effective.retention_max_bytes = new.retention_max_bytes;
         }
         let deferred = restart_only_changes(&state.effective, &new);
         for line in deferred.iter().filter(|l| !state.deferred.contains(l)) {
-            log::warn!("{line}: deferred to the next restart");
+            tracing::warn!(change = %line, "deferred to the next restart");
         }
         state.deferred = deferred;
     }

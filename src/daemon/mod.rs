@@ -220,9 +220,9 @@ impl Daemon {
         match lock.previous {
             PreviousRun::Clean => {}
             PreviousRun::Killed => {
-                log::warn!("the previous eventd did not stop cleanly; recovering")
+                tracing::warn!("the previous eventd did not stop cleanly; recovering")
             }
-            PreviousRun::KilledEarlierBoot => log::warn!(
+            PreviousRun::KilledEarlierBoot => tracing::warn!(
                 "the previous eventd did not stop cleanly and the machine restarted since; \
                  recovering from every receipt (shards may have lost their last commits)"
             ),
@@ -231,7 +231,7 @@ impl Daemon {
         let attached = KmesDir::new(&settings.kmes_dir)
             .attach_all(&online_cpus(), settings.ring_bytes as usize)?;
         for (cpu, error) in &attached.failures {
-            log::error!("ring of cpu {cpu} not attached, its events are not collected: {error}");
+            tracing::error!(cpu, error = %error, "ring not attached; its events are not collected");
         }
         let rings = attached.rings;
         if rings.is_empty() {
@@ -255,12 +255,14 @@ impl Daemon {
             rings.len() as u64,
             limit,
         )?;
-        log::info!(
-            "{} rings attached, {shards} shards ({} databases in {}); descriptors: \
-             allowance {needed}, soft limit {limit}",
-            rings.len(),
-            visible.len(),
-            settings.store_dir.display()
+        tracing::info!(
+            rings = rings.len(),
+            shards,
+            databases = visible.len(),
+            store = %settings.store_dir.display(),
+            descriptor_allowance = needed,
+            descriptor_soft_limit = limit,
+            "rings attached, shards planned"
         );
 
         let connections = shard_paths
@@ -278,23 +280,20 @@ impl Daemon {
             .collect::<Result<Vec<_>, _>>()?;
         drop(receipts);
         for (r, plan) in rings.iter().zip(&plans) {
-            let pending = if plan.resume.next_seq > plan.committed_through + 1 {
-                format!(
-                    ", sequences {}..={} stored as a gap first",
-                    plan.committed_through + 1,
-                    plan.resume.next_seq - 1
-                )
-            } else {
-                String::new()
-            };
-            log::info!(
-                "cpu {}: ring epoch {:016x}, committed through sequence {}, resuming at {} \
-                 ({} committed runs above{pending})",
-                r.cpu,
-                r.ring.epoch(),
-                plan.committed_through,
-                plan.resume.next_seq,
-                plan.above.len()
+            // Sequences the reader passed over before the last stop, not
+            // committed anywhere: stored as a gap before anything else.
+            let lost_before_resume = plan
+                .resume
+                .next_seq
+                .saturating_sub(plan.committed_through + 1);
+            tracing::info!(
+                cpu = r.cpu,
+                epoch = %format_args!("{:016x}", r.ring.epoch()),
+                committed_through = plan.committed_through,
+                resume_seq = plan.resume.next_seq,
+                committed_runs_above = plan.above.len(),
+                lost_before_resume,
+                "ring recovered"
             );
         }
         let trackers: Arc<[CommitTracker]> = plans
@@ -389,9 +388,9 @@ impl Daemon {
         });
         let group = crate::query::server::group_id(&settings.query_group);
         if group.is_none() {
-            log::warn!(
-                "query group {:?} does not exist: only root and eventd's own user may query",
-                settings.query_group
+            tracing::warn!(
+                group = %settings.query_group,
+                "query group does not exist: only root and eventd's own user may query"
             );
         }
         let live = Arc::new(crate::config::live::LiveConfig::new(
@@ -416,9 +415,10 @@ impl Daemon {
                 match crate::config::watch::FileWatch::start(file, move || l.reload()) {
                     Ok(w) => Some(w),
                     Err(e) => {
-                        log::warn!(
-                            "cannot watch {} ({e}); SIGHUP still reloads it",
-                            file.display()
+                        tracing::warn!(
+                            file = %file.display(),
+                            error = %e,
+                            "cannot watch the configuration file; SIGHUP still reloads it"
                         );
                         None
                     }
@@ -452,7 +452,7 @@ impl Daemon {
                     Arc::new(move || metrics::render(&state));
                 let listener = crate::metrics::MetricsListener::start(addr, render)
                     .map_err(|source| DaemonError::Metrics { addr, source })?;
-                log::info!("metrics on http://{}/metrics", listener.addr());
+                tracing::info!(addr = %listener.addr(), "metrics served at /metrics");
                 Some(listener)
             }
         };
@@ -532,7 +532,7 @@ fn watch<E: std::fmt::Display>(
         Ok(Err(e)) => format!("{what} stopped: {e}"),
         Err(_) => format!("{what} panicked"),
     };
-    log::error!("{outcome}");
+    tracing::error!(error = %outcome, "thread stopped; eventd stops too");
     hook(&outcome);
     Err(outcome)
 }

@@ -179,10 +179,11 @@ impl QueryServer {
                 .map_err(std::io::Error::other)?;
             // SAFETY: a valid C path; -1 keeps the owner.
             if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
-                log::warn!(
-                    "cannot give {} to group {gid}: {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
+                tracing::warn!(
+                    socket = %path.display(),
+                    gid,
+                    error = %std::io::Error::last_os_error(),
+                    "cannot give the query socket to the query group"
                 );
             }
         }
@@ -236,7 +237,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
-                log::warn!("query socket: accept failed: {e}");
+                tracing::warn!(error = %e, "query socket: accept failed");
                 // Bounded: do not spin on a persistent error.
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
@@ -247,7 +248,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
             .name("query".into())
             .spawn(move || serve(stream, &shared));
         if let Err(e) = spawned {
-            log::error!("query connection dropped: cannot start a thread: {e}");
+            tracing::error!(error = %e, "query connection dropped: cannot start a thread");
         }
     }
 }
@@ -256,7 +257,7 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     let (pid, uid, gid) = match peer_credentials(&stream) {
         Ok(c) => c,
         Err(e) => {
-            log::warn!("query connection without peer credentials: {e}");
+            tracing::warn!(error = %e, "query connection without peer credentials");
             return;
         }
     };
@@ -266,7 +267,12 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     let request = read_request(&stream);
     if !shared.access.allows(uid, gid) {
         shared.stats.refused_denied.fetch_add(1, Ordering::Relaxed);
-        log::info!("query refused: pid {pid} uid {uid} gid {gid} may not read events");
+        tracing::info!(
+            pid,
+            uid,
+            gid,
+            "query refused: this peer may not read events"
+        );
         let _ = writeln!(
             stream,
             "{}",
@@ -330,7 +336,7 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
                 // say): tell it, rather than just closing.
                 Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && !peer_gone(&stream) => {
                     shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    log::warn!("query from pid {pid} failed: {e}");
+                    tracing::warn!(pid, error = %e, "query failed");
                     writeln!(
                         stream,
                         "{}",
@@ -349,7 +355,7 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
     if let Err(e) = result {
         // Usually the client went away mid-stream; its slot and databases
         // are released as this returns.
-        log::debug!("query from pid {pid} ended: {e}");
+        tracing::debug!(pid, error = %e, "query connection ended");
     }
 }
 

@@ -282,7 +282,7 @@ impl RetentionCoordinator {
     fn failed(&mut self, message: String) {
         self.stats.errors.fetch_add(1, Ordering::Relaxed);
         if self.said.insert(message.clone()) {
-            log::error!("{message}");
+            tracing::error!(error = %message, "retention step failed");
         }
         *self
             .stats

@@ -250,7 +250,13 @@ impl ShardWriter {
                             source,
                         });
                     }
-                    log::error!("{message}; retrying in {delay:?}");
+                    tracing::error!(
+                        shard = %self.path.display(),
+                        items = self.batch.len(),
+                        error = %source,
+                        retry_in = ?delay,
+                        "commit failed; retrying with the same batch"
+                    );
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(RETRY_DELAY_MAX);
                 }
