@@ -43,7 +43,8 @@ pub struct Finished {
 
 pub enum Running {
     InProcess {
-        daemon: Daemon,
+        // Boxed: a Daemon is much larger than the other variant.
+        daemon: Box<Daemon>,
         state: Arc<DaemonState>,
     },
     Binary {
@@ -65,7 +66,10 @@ impl Running {
                     Arc::new(|what: &str| eprintln!("eventd failed: {what}"));
                 let daemon = Daemon::start(settings, tunables, hook)?;
                 let state = daemon.state.clone();
-                Ok(Running::InProcess { daemon, state })
+                Ok(Running::InProcess {
+                    daemon: Box::new(daemon),
+                    state,
+                })
             }
             SystemKind::Binary => {
                 let data_dir = settings.data_dir.clone();
@@ -171,6 +175,7 @@ impl Running {
                 let WriterHistograms {
                     mut latency_us,
                     mut batch_items,
+                    ..
                 } = WriterHistograms::default();
                 let mut commits = 0;
                 for w in &state.writers {
@@ -237,6 +242,7 @@ fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
     let WriterHistograms {
         latency_us: mut latency,
         batch_items: mut batches,
+        ..
     } = WriterHistograms::default();
     let mut commits = 0;
     let paths = eventd::store::list_databases(store)?;
