@@ -670,3 +670,38 @@ fn log_lines_are_structured_and_json_on_request() {
         "{log}"
     );
 }
+
+#[test]
+fn a_start_up_failure_after_the_threads_started_stops_them_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The metrics port is taken: the listener is the last thing to start.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = config(
+        dir.path(),
+        &format!("MetricsListen = \"127.0.0.1:{port}\"\n"),
+    );
+    let (mut cmd, log) = command(&data, Some(&cfg), &[]);
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "eventd did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let log = read(&log);
+    assert!(
+        log.contains("MetricsListen") && log.contains(&port.to_string()),
+        "{log}"
+    );
+    // Everything was stopped cleanly: the next start finds a clean stop.
+    drop(taken);
+    let eventd = Eventd::start(&data, None);
+    let log_path = eventd.log.clone();
+    eventd.stop();
+    assert!(!read(&log_path).contains("did not stop cleanly"));
+}

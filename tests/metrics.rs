@@ -57,6 +57,21 @@ fn parse(text: &str, label: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
     out
 }
 
+/// (upper bound, cumulative count) of histogram `name` for `shard`.
+fn buckets(text: &str, name: &str, shard: &str) -> Vec<(f64, f64)> {
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let sample = scrape
+        .samples
+        .into_iter()
+        .find(|s| s.metric == name && s.labels.get("shard") == Some(shard))
+        .unwrap_or_else(|| panic!("no {name} for shard {shard}"));
+    let Value::Histogram(buckets) = sample.value else {
+        panic!("{name} is not a histogram");
+    };
+    assert!(buckets.len() > 5);
+    buckets.iter().map(|b| (b.less_than, b.count)).collect()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -212,6 +227,19 @@ fn metrics_match_counted_truth_after_a_known_load() {
             assert_eq!(by_shard["eventd_shard_commit_seconds"][shard], commits);
             assert_eq!(by_shard["eventd_shard_emit_to_commit_seconds"][shard], *n);
             assert_eq!(by_shard["eventd_shard_gap_events_total"][shard], 0.0);
+            // Each bucket of items per commit, from the receipts.
+            let mut stmt = c
+                .prepare("SELECT sum(last_seq - first_seq + 1) FROM receipts GROUP BY committed_at")
+                .unwrap();
+            let sizes: Vec<f64> = stmt
+                .query_map([], |r| r.get::<_, i64>(0))
+                .unwrap()
+                .map(|n| n.unwrap() as f64)
+                .collect();
+            for (le, count) in buckets(&text, "eventd_shard_commit_items", shard) {
+                let truth = sizes.iter().filter(|&&n| n <= le).count() as f64;
+                assert_eq!(count, truth, "shard {shard}, items <= {le}: {sizes:?}");
+            }
             assert_eq!(by_shard["eventd_channel_occupied_slots"][shard], 0.0);
             assert!(by_shard["eventd_channel_capacity_slots"][shard] > 0.0);
         }

@@ -210,6 +210,15 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     wait_until("the store to fit its size limit", || {
         used_bytes(&data) <= limit
     });
+    // The pass that got there may still be deleting in other shards: wait
+    // for one whole pass after it.
+    let passes = |data: &Path| {
+        eventctl_json(data, "stats")["stats"]["retention"]["passes"]
+            .as_u64()
+            .unwrap()
+    };
+    let seen = passes(&data);
+    wait_until("two more passes", || passes(&data) >= seen + 2);
     let left = messages(&data);
     let by_age: Vec<String> = ["mid", "new"]
         .iter()
@@ -219,7 +228,13 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
         .iter()
         .position(|m| left.contains(m))
         .expect("some events remain");
-    assert!(first_kept > 0, "something was deleted");
+    assert!(
+        first_kept > 0,
+        "nothing was deleted: used {used} before, limit {limit}, now {} ({} left); {}",
+        used_bytes(&data),
+        left.len(),
+        eventctl_json(&data, "stats")["stats"]["retention"]
+    );
     for m in &by_age[first_kept..] {
         assert!(
             left.contains(m),
@@ -227,6 +242,14 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
         );
     }
     assert_eq!(left.len(), by_age.len() - first_kept);
+    // Each round deletes about what is needed, not everything older than
+    // some shard's newest event: most of what fits stays.
+    assert!(
+        left.len() as i64 > PER_PHASE * 2 / 3,
+        "only {} of {} kept",
+        left.len(),
+        2 * PER_PHASE
+    );
     assert!(
         left.iter()
             .all(|m| m.starts_with("mid") || m.starts_with("new")),

@@ -238,7 +238,7 @@ fn queries(e: &mut Exposition, state: &DaemonState) {
     );
     e.single(
         "eventd_queries_total",
-        "Requests answered.",
+        "Requests accepted: a slot taken and the request understood (reports included).",
         Kind::Counter,
         load(&q.served),
     );

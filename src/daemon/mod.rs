@@ -185,7 +185,7 @@ pub struct Daemon {
     retention: Option<JoinHandle<()>>,
     retention_stop: Arc<crate::retention::Stop>,
     query: Option<crate::query::QueryServer>,
-    _metrics: Option<crate::metrics::MetricsListener>,
+    metrics_http: Option<crate::metrics::MetricsListener>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
     lock: DataDirLock,
@@ -403,7 +403,7 @@ impl Daemon {
             settings.store_dir.clone(),
             active,
             live.clone(),
-            rings.iter().map(|r| r.ring.epoch()).collect(),
+            ring_epochs(&settings.kmes_dir, &rings),
             retention_stats,
             retention_stop.clone(),
             tunables.retention_interval,
@@ -432,32 +432,7 @@ impl Daemon {
             let live = live.clone();
             Arc::new(move |request| report::answer(&state, &settings, &live, request))
         };
-        let query = crate::query::QueryServer::start(
-            &settings.run_dir,
-            &settings.store_dir,
-            settings.max_concurrent_queries,
-            crate::query::Access { group },
-            reporter,
-            state.queries.clone(),
-        )
-        .map_err(|source| DaemonError::Query {
-            path: settings.run_dir.clone(),
-            source,
-        })?;
-        let metrics = match settings.metrics_listen {
-            None => None,
-            Some(addr) => {
-                let state = state.clone();
-                let render: crate::metrics::http::Render =
-                    Arc::new(move || metrics::render(&state));
-                let listener = crate::metrics::MetricsListener::start(addr, render)
-                    .map_err(|source| DaemonError::Metrics { addr, source })?;
-                tracing::info!(addr = %listener.addr(), "metrics served at /metrics");
-                Some(listener)
-            }
-        };
-        lock.mark_ready()?;
-        Ok(Daemon {
+        let mut daemon = Daemon {
             state,
             stop,
             stopping,
@@ -465,12 +440,54 @@ impl Daemon {
             writers,
             retention: Some(retention),
             retention_stop,
-            query: Some(query),
-            _metrics: metrics,
+            query: None,
+            metrics_http: None,
             live,
             _watch: watch,
             lock,
-        })
+        };
+        // The threads run from here on: a failure stops and joins them
+        // before it is returned, so nothing writes after the lock is gone.
+        match daemon.serve(settings, group, reporter) {
+            Ok(()) => Ok(daemon),
+            Err(e) => {
+                let _ = daemon.join();
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens the query socket and the metrics listener, then says the
+    /// daemon is ready (the pid file's last step).
+    fn serve(
+        &mut self,
+        settings: &Settings,
+        group: Option<libc::gid_t>,
+        reporter: crate::query::server::Reporter,
+    ) -> Result<(), DaemonError> {
+        let query = crate::query::QueryServer::start(
+            &settings.run_dir,
+            &settings.store_dir,
+            settings.max_concurrent_queries,
+            crate::query::Access { group },
+            reporter,
+            self.state.queries.clone(),
+        )
+        .map_err(|source| DaemonError::Query {
+            path: settings.run_dir.clone(),
+            source,
+        })?;
+        self.query = Some(query);
+        if let Some(addr) = settings.metrics_listen {
+            let state = self.state.clone();
+            let render: crate::metrics::http::Render = Arc::new(move || metrics::render(&state));
+            let listener = crate::metrics::MetricsListener::start(addr, render)
+                .map_err(|source| DaemonError::Metrics { addr, source })?;
+            tracing::info!(addr = %listener.addr(), "metrics served at /metrics");
+            self.metrics_http = Some(listener);
+        }
+        self.lock.mark_ready()?;
+        Ok(())
     }
 
     /// Reads the configuration file again (SIGHUP; the file watch does the
@@ -518,6 +535,37 @@ impl Daemon {
             Err(DaemonError::Threads(failures.join("; ")))
         }
     }
+}
+
+/// The epochs of every ring that exists: the attached ones and any other
+/// ring file in the KMES directory (a CPU now offline, a ring that failed
+/// to attach). Retention never deletes their receipts. `None` if some ring
+/// file's epoch cannot be read: then no receipt is deleted at all.
+fn ring_epochs(
+    kmes_dir: &std::path::Path,
+    attached: &[crate::rings::AttachedRing],
+) -> Option<Vec<u64>> {
+    let mut epochs: Vec<u64> = attached.iter().map(|r| r.ring.epoch()).collect();
+    let entries = std::fs::read_dir(kmes_dir).ok()?;
+    for entry in entries {
+        let path = entry.ok()?.path();
+        let is_ring = path.extension().is_some_and(|x| x == "ring");
+        if !is_ring || attached.iter().any(|r| r.ring.path() == path) {
+            continue;
+        }
+        match Ring::open(&path, None) {
+            Ok(ring) => epochs.push(ring.epoch()),
+            Err(e) => {
+                tracing::warn!(
+                    ring = %path.display(),
+                    error = %e,
+                    "cannot read this ring's epoch: retention keeps every receipt"
+                );
+                return None;
+            }
+        }
+    }
+    Some(epochs)
 }
 
 /// Runs a thread's body; reports an error or a panic to the hook at once

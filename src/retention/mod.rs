@@ -139,8 +139,9 @@ pub struct RetentionCoordinator {
     store_dir: PathBuf,
     shards: Vec<Shard>,
     live: Arc<LiveConfig>,
-    /// Epochs of the attached rings: their receipts are never deleted.
-    live_epochs: Vec<u64>,
+    /// Epochs of every ring that exists: their receipts are never deleted.
+    /// `None` when some ring's epoch is unknown: then no receipt is.
+    live_epochs: Option<Vec<u64>>,
     stats: Arc<RetentionStats>,
     stop: Arc<Stop>,
     interval: Duration,
@@ -154,7 +155,7 @@ impl RetentionCoordinator {
         store_dir: PathBuf,
         active: Vec<ActiveShard>,
         live: Arc<LiveConfig>,
-        live_epochs: Vec<u64>,
+        live_epochs: Option<Vec<u64>>,
         stats: Arc<RetentionStats>,
         stop: Arc<Stop>,
         interval: Duration,
@@ -327,14 +328,16 @@ impl RetentionCoordinator {
         }
     }
 
-    fn measure_all(&mut self) -> Option<Vec<ShardUsage>> {
+    /// Every shard's usage (`None` for a shard that did not answer: it is
+    /// left out of this round, and the others are still kept within the
+    /// limit); `None` when stopping.
+    fn measure_all(&mut self) -> Option<Vec<Option<ShardUsage>>> {
         let mut all = Vec::with_capacity(self.shards.len());
         for i in 0..self.shards.len() {
-            // A shard that cannot be measured is left out of this pass; the
-            // others are still kept within the limit.
-            if let Some(Reply::Usage(u)) = self.call(i, Request::Measure { k: BATCH_ROWS }) {
-                all.push(u);
-            }
+            all.push(match self.call(i, Request::Measure) {
+                Some(Reply::Usage(u)) => Some(u),
+                _ => None,
+            });
             if self.stop.is_stopped() {
                 return None;
             }
@@ -343,18 +346,22 @@ impl RetentionCoordinator {
     }
 
     /// Deletes the store's oldest events until the pages in use fit in
-    /// `max_bytes`.
+    /// `max_bytes`. Each round estimates how many events must go (from the
+    /// average bytes per event), asks every database for the timestamp
+    /// past its share of them, and deletes everything older than the
+    /// smallest: the oldest events of the whole store, at most a share per
+    /// database, so a round does not overshoot.
     fn enforce_size(&mut self, max_bytes: u64) {
         for _ in 0..SIZE_ROUNDS_MAX {
             let Some(usage) = self.measure_all() else {
                 return;
             };
-            let used: u64 = usage.iter().map(ShardUsage::used_bytes).sum();
+            let used: u64 = usage.iter().flatten().map(ShardUsage::used_bytes).sum();
             self.stats.store_used_bytes.store(used, Ordering::Relaxed);
             if used <= max_bytes {
                 return;
             }
-            let Some(cutoff) = usage.iter().filter_map(|u| u.batch_cutoff).min() else {
+            let Some(cutoff) = self.size_cutoff(&usage, used - max_bytes) else {
                 let message = format!(
                     "RetentionMaxBytes is {max_bytes}, but the store uses {used} bytes with \
                      no events left (receipts, gaps and empty pages of {} databases)",
@@ -363,34 +370,80 @@ impl RetentionCoordinator {
                 self.failed(message);
                 return;
             };
-            for i in 0..self.shards.len() {
-                self.trim_to(i, cutoff);
+            for (i, u) in usage.iter().enumerate() {
+                if u.and_then(|u| u.oldest_ts).is_some_and(|t| t < cutoff) {
+                    self.trim_to(i, cutoff);
+                }
             }
-            // Compacted receipts and vacuumed pages count too.
             for i in 0..self.shards.len() {
                 self.vacuum(i);
             }
         }
     }
 
+    /// The timestamp before which deleting frees about `excess` bytes, the
+    /// oldest first; `None` if no database holds an event.
+    fn size_cutoff(&mut self, usage: &[Option<ShardUsage>], excess: u64) -> Option<i64> {
+        let holding: Vec<(usize, ShardUsage)> = usage
+            .iter()
+            .enumerate()
+            .filter_map(|(i, u)| u.filter(|u| u.oldest_ts.is_some()).map(|u| (i, u)))
+            .collect();
+        let oldest = holding.iter().filter_map(|(_, u)| u.oldest_ts).min()?;
+        let used: u64 = holding.iter().map(|(_, u)| u.used_bytes()).sum();
+        let events: u64 = holding.iter().map(|(_, u)| u.events_estimate).sum();
+        let per_event = (used / events.max(1)).max(1);
+        let needed = excess.div_ceil(per_event);
+        let share = needed.div_ceil(holding.len() as u64).clamp(1, BATCH_ROWS);
+        let mut cutoff: Option<i64> = None;
+        for &(i, _) in &holding {
+            if let Some(Reply::Cutoff(Some(ts))) = self.call(i, Request::CutoffAfter { k: share }) {
+                cutoff = Some(cutoff.map_or(ts, |c| c.min(ts)));
+            }
+        }
+        // Every database holds its share or less: the smallest newest
+        // timestamp takes at most that many from each.
+        let cutoff = cutoff.unwrap_or_else(|| {
+            holding
+                .iter()
+                .filter_map(|(_, u)| u.newest_ts)
+                .min()
+                .unwrap_or(oldest)
+                .saturating_add(1)
+        });
+        // Events sharing the oldest timestamp go together: progress.
+        Some(cutoff.max(oldest.saturating_add(1)))
+    }
+
+    /// Compacts shard `i`'s old receipts of live rings, one bounded
+    /// transaction per call, until none qualify.
     fn compact(&mut self, i: usize, before_ns: i64) {
-        let request = Request::Compact {
-            epochs: self.live_epochs.clone(),
-            before_ns,
-            min_rows: COMPACT_MIN_ROWS,
-        };
-        if let Some(Reply::Compacted(n)) = self.call(i, request) {
-            self.stats
-                .receipts_compacted
-                .fetch_add(n, Ordering::Relaxed);
-            if n > 0 {
-                self.shards[i].dirty = true;
+        while !self.stop.is_stopped() {
+            let Some(epochs) = self.live_epochs.clone() else {
+                return;
+            };
+            let request = Request::Compact {
+                epochs,
+                before_ns,
+                min_rows: COMPACT_MIN_ROWS,
+                max_rows: BATCH_ROWS,
+            };
+            match self.call(i, request) {
+                Some(Reply::Compacted(n)) if n > 0 => {
+                    self.stats
+                        .receipts_compacted
+                        .fetch_add(n, Ordering::Relaxed);
+                    self.shards[i].dirty = true;
+                }
+                _ => return,
             }
         }
     }
 
+    /// Gives shard `i`'s free pages back, if it lost rows; a shard whose
+    /// vacuum failed stays marked and is tried again at the next pass.
     fn vacuum(&mut self, i: usize) {
-        if !std::mem::take(&mut self.shards[i].dirty) {
+        if !self.shards[i].dirty {
             return;
         }
         while !self.stop.is_stopped() {
@@ -400,7 +453,11 @@ impl RetentionCoordinator {
                     max_pages: VACUUM_PAGES,
                 },
             ) {
-                Some(Reply::Vacuumed(n)) if n > 0 => {
+                Some(Reply::Vacuumed(0)) => {
+                    self.shards[i].dirty = false;
+                    return;
+                }
+                Some(Reply::Vacuumed(n)) => {
                     self.stats.pages_vacuumed.fetch_add(n, Ordering::Relaxed);
                 }
                 _ => return,

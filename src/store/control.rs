@@ -22,19 +22,23 @@ use std::time::{Duration, Instant};
 /// One thing retention asks of a shard's only writer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// [`trim::measure`] with batch bound `k`.
-    Measure { k: u64 },
-    /// [`trim::trim`].
+    /// [`trim::measure`].
+    Measure,
+    /// [`trim::cutoff_after`].
+    CutoffAfter { k: u64 },
+    /// [`trim::trim`]; with `live_epochs` `None`, no receipt is deleted.
     Trim {
         before_ns: i64,
         max_rows: u64,
-        live_epochs: Vec<u64>,
+        live_epochs: Option<Vec<u64>>,
     },
-    /// [`trim::compact_receipts`] for each of `epochs`.
+    /// [`trim::compact_receipts`] for each of `epochs` (one bounded
+    /// transaction each).
     Compact {
         epochs: Vec<u64>,
         before_ns: i64,
         min_rows: u64,
+        max_rows: u64,
     },
     /// [`trim::vacuum`].
     Vacuum { max_pages: u64 },
@@ -44,6 +48,7 @@ pub enum Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
     Usage(ShardUsage),
+    Cutoff(Option<i64>),
     Trimmed(Trimmed),
     /// Receipt rows replaced by summaries.
     Compacted(u64),
@@ -54,20 +59,27 @@ pub enum Reply {
 /// Runs `request` on `conn`, which must be the database's only writer.
 pub fn execute(conn: &mut Connection, request: &Request) -> rusqlite::Result<Reply> {
     Ok(match request {
-        Request::Measure { k } => Reply::Usage(trim::measure(conn, *k)?),
+        Request::Measure => Reply::Usage(trim::measure(conn)?),
+        Request::CutoffAfter { k } => Reply::Cutoff(trim::cutoff_after(conn, *k)?),
         Request::Trim {
             before_ns,
             max_rows,
             live_epochs,
-        } => Reply::Trimmed(trim::trim(conn, *before_ns, *max_rows, live_epochs)?),
+        } => Reply::Trimmed(trim::trim(
+            conn,
+            *before_ns,
+            *max_rows,
+            live_epochs.as_deref(),
+        )?),
         Request::Compact {
             epochs,
             before_ns,
             min_rows,
+            max_rows,
         } => {
             let mut removed = 0;
             for &epoch in epochs {
-                removed += trim::compact_receipts(conn, epoch, *before_ns, *min_rows)?;
+                removed += trim::compact_receipts(conn, epoch, *before_ns, *min_rows, *max_rows)?;
             }
             Reply::Compacted(removed)
         }
@@ -259,22 +271,12 @@ mod tests {
         .unwrap();
         let control = WriterControl::default();
         let stop = AtomicBool::new(false);
-        let r = control.call(
-            &tx,
-            Request::Measure { k: 1 },
-            Duration::from_millis(50),
-            &stop,
-        );
+        let r = control.call(&tx, Request::Measure, Duration::from_millis(50), &stop);
         assert_eq!(r, Err(CallError::Timeout(Duration::from_millis(50))));
         assert!(control.take().is_none(), "withdrawn");
         // The channel is now full (one slot): the next call cannot even wake.
         stop.store(true, Ordering::Relaxed);
-        let r = control.call(
-            &tx,
-            Request::Measure { k: 1 },
-            Duration::from_secs(30),
-            &stop,
-        );
+        let r = control.call(&tx, Request::Measure, Duration::from_secs(30), &stop);
         assert_eq!(r, Err(CallError::Stopping));
     }
 }

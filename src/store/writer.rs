@@ -30,8 +30,8 @@ use std::time::Duration;
 #[derive(Debug, Default)]
 pub struct WriterStats {
     pub events: AtomicU64,
-    /// Payload bytes of the committed events (provider, name, message and
-    /// fields as received).
+    /// Bytes of the committed events' provider, name, message and fields
+    /// columns, as stored.
     pub event_bytes: AtomicU64,
     /// Sequence numbers stored as gaps.
     pub lost: AtomicU64,
@@ -257,6 +257,9 @@ impl ShardWriter {
                         retry_in = ?delay,
                         "commit failed; retrying with the same batch"
                     );
+                    // Retention may be waiting for this writer (and on a
+                    // full disk, deleting is what makes room).
+                    self.serve_control();
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(RETRY_DELAY_MAX);
                 }
@@ -301,7 +304,11 @@ impl ShardWriter {
                             fields,
                         ])?;
                         events += 1;
-                        bytes += self.batch.payload(i).len() as u64;
+                        bytes += (provider.len()
+                            + name.len()
+                            + message.len()
+                            + fields.as_ref().map_or(0, |f| f.len()))
+                            as u64;
                     }
                     (kind, _) => {
                         // A gap, or (never from our drain) an event whose
