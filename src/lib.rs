@@ -13,6 +13,8 @@
 //!   receipts and recovery.
 //! - [`query`]: the fan-out reader over every shard and the query server
 //!   (read-only; never touches the writers).
+//! - [`syslog`]: `/dev/log`-style sockets (io_uring or recvmmsg) whose
+//!   messages become events in the ring of the CPU that received them.
 //! - [`config`]: the TOML configuration and the validated settings.
 //! - [`metrics`]: the Prometheus text format and its optional HTTP listener.
 //! - [`retention`]: the coordinator that keeps the store within its age and
@@ -41,3 +43,5 @@ pub mod routing;
 #[cfg(not(loom))]
 pub mod store;
 pub mod sync;
+#[cfg(not(loom))]
+pub mod syslog;

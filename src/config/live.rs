@@ -156,6 +156,25 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
             .map_or("unset".to_string(), |a| a.to_string())
     };
     check("MetricsListen", listen(running), listen(file));
+    let path = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map_or("off".to_string(), |p| p.display().to_string())
+    };
+    check(
+        "SyslogSocket",
+        path(&running.syslog_socket),
+        path(&file.syslog_socket),
+    );
+    check(
+        "SyslogStreamSocket",
+        path(&running.syslog_stream_socket),
+        path(&file.syslog_stream_socket),
+    );
+    check(
+        "SyslogReceive",
+        format!("{:?}", running.syslog_receive),
+        format!("{:?}", file.syslog_receive),
+    );
     changes
 }
 

@@ -59,6 +59,15 @@ pub struct ConfigFile {
     /// "127.0.0.1:9464" (unset = no listener; `eventctl stats
     /// --prometheus` always works).
     pub metrics_listen: Option<String>,
+    /// The syslog datagram socket (`/dev/log`-style), relative to RunDir;
+    /// "" turns it off. Default "syslog.sock".
+    pub syslog_socket: Option<PathBuf>,
+    /// The syslog stream socket (long messages), relative to RunDir; ""
+    /// turns it off. Default "syslog-stream.sock".
+    pub syslog_stream_socket: Option<PathBuf>,
+    /// How the datagram socket is read: "auto" (io_uring where it works,
+    /// else recvmmsg), "io_uring" or "recvmmsg".
+    pub syslog_receive: Option<String>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -94,6 +103,10 @@ pub struct Settings {
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `None`: that socket is off.
+    pub syslog_socket: Option<PathBuf>,
+    pub syslog_stream_socket: Option<PathBuf>,
+    pub syslog_receive: crate::syslog::ReceiveMode,
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
@@ -132,7 +145,28 @@ impl ConfigFile {
             Some(p) => data_dir.join(p),
             None => data_dir.join(name),
         };
+        let run_dir = dir(&self.run_dir, "run");
+        let socket = |value: &Option<PathBuf>, name: &str| match value {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) if p.is_absolute() => Some(p.clone()),
+            Some(p) => Some(run_dir.join(p)),
+            None => Some(run_dir.join(name)),
+        };
         Ok(Settings {
+            syslog_socket: socket(&self.syslog_socket, "syslog.sock"),
+            syslog_stream_socket: socket(&self.syslog_stream_socket, "syslog-stream.sock"),
+            syslog_receive: match self.syslog_receive.as_deref().map(str::trim) {
+                None | Some("auto") => crate::syslog::ReceiveMode::Auto,
+                Some("io_uring") => crate::syslog::ReceiveMode::IoUring,
+                Some("recvmmsg") => crate::syslog::ReceiveMode::Recvmmsg,
+                Some(other) => {
+                    return Err(ConfigError::Range {
+                        key: "SyslogReceive",
+                        value: format!("{other:?}"),
+                        allowed: "\"auto\", \"io_uring\" or \"recvmmsg\"".to_string(),
+                    })
+                }
+            },
             data_dir: data_dir.to_path_buf(),
             storage_shards,
             max_batch_size: ranged(
@@ -149,7 +183,7 @@ impl ConfigFile {
             )?,
             store_dir: dir(&self.store_dir, "store"),
             kmes_dir: dir(&self.kmes_dir, "kmes"),
-            run_dir: dir(&self.run_dir, "run"),
+            run_dir,
             ring_bytes: ranged(
                 "RingBytes",
                 self.ring_bytes,

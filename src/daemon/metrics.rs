@@ -36,6 +36,7 @@ pub fn render(state: &DaemonState) -> String {
     channels(&mut e, state);
     shards(&mut e, state);
     queries(&mut e, state);
+    syslog(&mut e, state);
     retention(&mut e, state);
     e.finish()
 }
@@ -259,6 +260,70 @@ fn queries(e: &mut Exposition, state: &DaemonState) {
         "Queries that failed in the daemon.",
         Kind::Counter,
         load(&q.failed),
+    );
+}
+
+fn syslog(e: &mut Exposition, state: &DaemonState) {
+    let y = &state.syslog;
+    for (name, help, value) in [
+        (
+            "eventd_syslog_received_total",
+            "Syslog messages received on the datagram and stream sockets.",
+            &y.received,
+        ),
+        (
+            "eventd_syslog_stored_total",
+            "Syslog messages written into a ring (malformed and truncated ones included).",
+            &y.stored,
+        ),
+        (
+            "eventd_syslog_malformed_total",
+            "Syslog messages stored with parse problems and their raw bytes.",
+            &y.malformed,
+        ),
+        (
+            "eventd_syslog_truncated_total",
+            "Syslog messages stored cut to fit a ring record or the receive buffer.",
+            &y.truncated,
+        ),
+        (
+            "eventd_syslog_emit_failures_total",
+            "Syslog messages the ring refused (contended, or lapped while written).",
+            &y.emit_failures,
+        ),
+        (
+            "eventd_syslog_ring_waits_total",
+            "Times a syslog receiver waited for its ring's drain to make room.",
+            &y.ring_waits,
+        ),
+        (
+            "eventd_syslog_receive_calls_total",
+            "Receive system calls that returned messages (several messages each under load).",
+            &y.receive_calls,
+        ),
+        (
+            "eventd_syslog_receive_errors_total",
+            "Receive calls that failed.",
+            &y.receive_errors,
+        ),
+    ] {
+        e.single(name, help, Kind::Counter, load(value));
+    }
+    let reasons = [
+        [("reason", "empty".to_string())],
+        [("reason", "too_large".to_string())],
+        [("reason", "connections".to_string())],
+    ];
+    let counts = [
+        &y.rejected_empty,
+        &y.rejected_too_large,
+        &y.rejected_connections,
+    ];
+    e.family(
+        "eventd_syslog_rejected_total",
+        "Syslog messages (or stream connections) refused, by reason.",
+        Kind::Counter,
+        reasons.iter().zip(counts).map(|(l, c)| (&l[..], load(c))),
     );
 }
 

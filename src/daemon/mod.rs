@@ -146,6 +146,8 @@ pub enum DaemonError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Syslog(#[from] crate::syslog::SyslogError),
     #[error("handoff channel capacity: {0}")]
     Channel(#[from] crate::channel::CapacityError),
     #[error("{0}")]
@@ -168,6 +170,7 @@ pub struct DaemonState {
     pub trackers: Arc<[CommitTracker]>,
     pub retention: Arc<RetentionStats>,
     pub queries: Arc<crate::query::QueryStats>,
+    pub syslog: Arc<crate::syslog::SyslogStats>,
 }
 
 /// Called (from the failing thread) when a drain or writer thread stops
@@ -186,6 +189,7 @@ pub struct Daemon {
     retention_stop: Arc<crate::retention::Stop>,
     query: Option<crate::query::QueryServer>,
     metrics_http: Option<crate::metrics::MetricsListener>,
+    syslog: Option<crate::syslog::SyslogListener>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
     lock: DataDirLock,
@@ -385,6 +389,7 @@ impl Daemon {
             trackers,
             retention: retention_stats.clone(),
             queries: Arc::new(crate::query::QueryStats::default()),
+            syslog: Arc::new(crate::syslog::SyslogStats::default()),
         });
         let group = crate::query::server::group_id(&settings.query_group);
         if group.is_none() {
@@ -442,6 +447,7 @@ impl Daemon {
             retention_stop,
             query: None,
             metrics_http: None,
+            syslog: None,
             live,
             _watch: watch,
             lock,
@@ -486,6 +492,16 @@ impl Daemon {
             tracing::info!(addr = %listener.addr(), "metrics served at /metrics");
             self.metrics_http = Some(listener);
         }
+        let syslog = crate::syslog::SyslogConfig {
+            datagram: settings.syslog_socket.clone(),
+            stream: settings.syslog_stream_socket.clone(),
+            receive: settings.syslog_receive,
+        };
+        self.syslog = Some(crate::syslog::SyslogListener::start(
+            &syslog,
+            &self.state.rings,
+            self.state.syslog.clone(),
+        )?);
         self.lock.mark_ready()?;
         Ok(())
     }
@@ -511,6 +527,10 @@ impl Daemon {
     pub fn join(mut self) -> Result<(), DaemonError> {
         // No new queries; running ones end when their connection does.
         drop(self.query.take());
+        // No new syslog messages: the receivers stop before the drains, so
+        // what they put in the rings is drained (or stays for the next
+        // start).
+        drop(self.syslog.take());
         self.stop();
         let mut failures = Vec::new();
         // The coordinator holds senders of every channel: it goes first.

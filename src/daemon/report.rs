@@ -109,10 +109,26 @@ fn stats(state: &DaemonState) -> Value {
         "refused_bad_request": q.refused_bad_request.load(Ordering::Relaxed),
         "failed": q.failed.load(Ordering::Relaxed),
     });
+    let y = &state.syslog;
+    let syslog = json!({
+        "path": y.path_name(),
+        "received": y.received.load(Ordering::Relaxed),
+        "stored": y.stored.load(Ordering::Relaxed),
+        "malformed": y.malformed.load(Ordering::Relaxed),
+        "truncated": y.truncated.load(Ordering::Relaxed),
+        "rejected_empty": y.rejected_empty.load(Ordering::Relaxed),
+        "rejected_too_large": y.rejected_too_large.load(Ordering::Relaxed),
+        "rejected_connections": y.rejected_connections.load(Ordering::Relaxed),
+        "emit_failures": y.emit_failures.load(Ordering::Relaxed),
+        "ring_waits": y.ring_waits.load(Ordering::Relaxed),
+        "receive_calls": y.receive_calls.load(Ordering::Relaxed),
+        "receive_errors": y.receive_errors.load(Ordering::Relaxed),
+    });
     json!({
         "rings": rings,
         "shards": shards,
         "queries": queries,
+        "syslog": syslog,
         "retention": retention,
         "descriptor_allowance": state.needed_descriptors,
     })

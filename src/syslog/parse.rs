@@ -69,7 +69,7 @@ const MONTHS: [&[u8]; 12] = [
 
 /// Text of `bytes`: borrowed when it is UTF-8, else with U+FFFD in place of
 /// each bad sequence (the caller keeps the raw bytes).
-fn text(bytes: &[u8], problems: &mut Vec<&'static str>) -> Cow<'_, str> {
+fn text<'a>(bytes: &'a [u8], problems: &mut Vec<&'static str>) -> Cow<'a, str> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => {
@@ -216,7 +216,8 @@ fn fill<'a>(mut parsed: Parsed<'a>, header: [Option<Cow<'a, str>>; 5]) -> Parsed
 
 /// `YYYY-MM-DDThh:mm:ss[.frac](Z|+hh:mm|-hh:mm)`, checked by shape.
 fn looks_like_rfc3339(ts: &[u8]) -> bool {
-    let digits = |r: std::ops::Range<usize>| ts.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| ts.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
     if ts.len() < 20
         || !digits(0..4)
         || ts[4] != b'-'
@@ -234,7 +235,10 @@ fn looks_like_rfc3339(ts: &[u8]) -> bool {
     }
     let mut at = 19;
     if ts[at] == b'.' {
-        let frac = ts[at + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let frac = ts[at + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
         if frac == 0 || frac > 9 {
             return false;
         }
@@ -254,9 +258,7 @@ fn structured_data<'a>(
 ) -> Option<(Vec<SdElement<'a>>, &'a [u8])> {
     let mut elements = Vec::new();
     while let Some(after) = input.strip_prefix(b"[") {
-        let id_len = after
-            .iter()
-            .position(|&b| b == b' ' || b == b']')?;
+        let id_len = after.iter().position(|&b| b == b' ' || b == b']')?;
         if id_len == 0 || id_len > 32 {
             return None;
         }
@@ -274,13 +276,20 @@ fn structured_data<'a>(
                 b' ' => {
                     rest = &rest[1..];
                     let eq = rest.iter().position(|&b| b == b'=')?;
-                    if eq == 0 || eq > 32 || rest[..eq].iter().any(|&b| b == b' ' || b == b']' || b == b'"') {
+                    if eq == 0
+                        || eq > 32
+                        || rest[..eq]
+                            .iter()
+                            .any(|&b| b == b' ' || b == b']' || b == b'"')
+                    {
                         return None;
                     }
                     let name = text(&rest[..eq], problems);
                     rest = rest[eq + 1..].strip_prefix(b"\"")?;
                     let (value, after) = quoted(rest)?;
-                    element.params.push((name, text(&value, problems).into_owned()));
+                    element
+                        .params
+                        .push((name, text(&value, problems).into_owned()));
                     rest = after;
                 }
                 _ => return None,
@@ -411,7 +420,10 @@ pub fn facility_name(facility: u8) -> &'static str {
         "authpriv", "ftp", "ntp", "audit", "alert", "clock", "local0", "local1", "local2",
         "local3", "local4", "local5", "local6", "local7",
     ];
-    NAMES.get(usize::from(facility)).copied().unwrap_or("unknown")
+    NAMES
+        .get(usize::from(facility))
+        .copied()
+        .unwrap_or("unknown")
 }
 
 #[cfg(test)]
@@ -441,7 +453,10 @@ mod tests {
                 ("eventSource".into(), "App\"lic]ation".to_string())
             ]
         );
-        assert_eq!(m.structured_data[1].params, vec![("x".into(), String::new())]);
+        assert_eq!(
+            m.structured_data[1].params,
+            vec![("x".into(), String::new())]
+        );
         assert_eq!(m.message, "An application event");
         assert!(m.problems.is_empty(), "{:?}", m.problems);
     }
@@ -482,14 +497,20 @@ mod tests {
         assert!(m.problems.is_empty());
         // No timestamp at all.
         let m = parse(b"<14>cron[77]: job done\n");
-        assert_eq!((m.app_name.as_deref(), m.procid.as_deref()), (Some("cron"), Some("77")));
+        assert_eq!(
+            (m.app_name.as_deref(), m.procid.as_deref()),
+            (Some("cron"), Some("77"))
+        );
         assert_eq!(m.message, "job done");
     }
 
     #[test]
     fn malformed_input_is_kept_with_a_reason() {
         let m = parse(b"");
-        assert_eq!((m.format, m.facility, m.severity), (Format::Unstructured, 1, 5));
+        assert_eq!(
+            (m.format, m.facility, m.severity),
+            (Format::Unstructured, 1, 5)
+        );
         assert_eq!(m.problems, ["no <priority>"]);
         for (input, problem) in [
             (&b"<999>hi"[..], "priority out of range"),

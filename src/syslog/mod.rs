@@ -1,0 +1,317 @@
+//! Syslog ingest: programs that know nothing of eventd log to it like to
+//! `/dev/log`.
+//!
+//! - A Unix datagram socket (`SyslogSocket`, default `RUN_DIR/syslog.sock`,
+//!   mode 0666 like `/dev/log`) takes RFC 5424 and RFC 3164 messages with
+//!   their SCM_CREDENTIALS. It is read through io_uring (a multishot
+//!   `recvmsg` into provided buffers, see [`uring`]) or, where io_uring is not
+//!   available or `SyslogReceive = "recvmmsg"`, with `recvmmsg` (see
+//!   [`recvmmsg`]); the log says once which.
+//! - A Unix stream socket (`SyslogStreamSocket`, default
+//!   `RUN_DIR/syslog-stream.sock`) takes long messages, octet-counted or one
+//!   per line ([`stream`]).
+//!
+//! Every message becomes an event in the ring of the CPU that received it
+//! ([`record`]), so it gets a sequence number, a receipt, gap accounting and
+//! crash recovery like every other event. A receiver waits while that ring
+//! is nearly full rather than let it overwrite what it received; the kernel
+//! holds later messages meanwhile and blocking senders wait, as they do for
+//! journald or rsyslog. Malformed messages are stored with their problems
+//! and raw bytes; empty ones are counted as rejected. Nothing a sender
+//! writes stops a listener.
+
+pub mod parse;
+pub mod record;
+pub mod recvmmsg;
+pub mod stream;
+pub mod uring;
+
+use crate::rings::Ring;
+use record::Ingest;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// How the datagram socket is read (`SyslogReceive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiveMode {
+    /// io_uring where it works, else recvmmsg.
+    Auto,
+    /// io_uring or refuse to start.
+    IoUring,
+    /// recvmmsg, even where io_uring works.
+    Recvmmsg,
+}
+
+/// The receive path in use, for stats.
+pub const PATH_NONE: u8 = 0;
+pub const PATH_IO_URING: u8 = 1;
+pub const PATH_RECVMMSG: u8 = 2;
+
+/// What the listeners count. Relaxed everywhere: monitoring only.
+#[derive(Debug, Default)]
+pub struct SyslogStats {
+    pub received: AtomicU64,
+    /// Written into a ring (malformed and truncated ones included).
+    pub stored: AtomicU64,
+    /// Stored, with problems noted and the raw bytes kept.
+    pub malformed: AtomicU64,
+    /// Stored cut to fit a ring record or the receive buffer.
+    pub truncated: AtomicU64,
+    pub rejected_empty: AtomicU64,
+    /// Not even the fields fitted a record (never with the default rings).
+    pub rejected_too_large: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    /// The ring refused the event (contended, or lapped mid-write).
+    pub emit_failures: AtomicU64,
+    /// Times a receiver waited for the drain to make room in its ring.
+    pub ring_waits: AtomicU64,
+    /// Receive system calls that returned messages (io_uring_enter or
+    /// recvmmsg): `received / receive_calls` is messages per call.
+    pub receive_calls: AtomicU64,
+    pub receive_errors: AtomicU64,
+    /// [`PATH_IO_URING`] or [`PATH_RECVMMSG`].
+    pub path: AtomicU8,
+}
+
+impl SyslogStats {
+    pub fn path_name(&self) -> &'static str {
+        match self.path.load(Ordering::Relaxed) {
+            PATH_IO_URING => "io_uring",
+            PATH_RECVMMSG => "recvmmsg",
+            _ => "none",
+        }
+    }
+}
+
+/// Where and how to listen.
+#[derive(Debug, Clone)]
+pub struct SyslogConfig {
+    pub datagram: Option<PathBuf>,
+    pub stream: Option<PathBuf>,
+    pub receive: ReceiveMode,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyslogError {
+    #[error("syslog socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("SyslogReceive = \"io_uring\", but io_uring cannot be used here: {0}")]
+    NoIoUring(uring::Unavailable),
+    #[error("cannot start a syslog thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// The running listeners; stops them when dropped.
+pub struct SyslogListener {
+    stop: Arc<AtomicBool>,
+    /// Sockets to shut down at stop (wakes blocked recvmmsg and accept).
+    fds: Vec<RawFd>,
+    /// Written at stop: wakes the io_uring receiver.
+    wake: Option<std::os::fd::OwnedFd>,
+    threads: Vec<JoinHandle<()>>,
+    paths: Vec<PathBuf>,
+    // Kept open until the threads are joined.
+    _datagram: Option<UnixDatagram>,
+}
+
+fn bind_path(path: &Path) -> Result<(), SyslogError> {
+    // The data-directory lock is held: a socket file here is a dead
+    // daemon's. Anything else is not ours to remove.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(SyslogError::Socket {
+                path: path.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "exists and is not a socket; not replaced",
+                ),
+            });
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| SyslogError::Socket {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn set_int_option(fd: RawFd, name: libc::c_int, value: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: a valid socket and an int-sized option value.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Socket receive buffer asked for: bursts wait in the kernel, not lost.
+const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
+
+impl SyslogListener {
+    /// Binds the sockets and starts the receivers.
+    pub fn start(
+        config: &SyslogConfig,
+        rings: &[Arc<Ring>],
+        stats: Arc<SyslogStats>,
+    ) -> Result<SyslogListener, SyslogError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut listener = SyslogListener {
+            stop: stop.clone(),
+            fds: Vec::new(),
+            threads: Vec::new(),
+            paths: Vec::new(),
+            _datagram: None,
+            wake: None,
+        };
+        let Some(ingest) = Ingest::new(rings, stats.clone(), stop.clone()) else {
+            return Ok(listener);
+        };
+        if let Some(path) = &config.datagram {
+            let err = |source| SyslogError::Socket {
+                path: path.clone(),
+                source,
+            };
+            bind_path(path)?;
+            let socket = UnixDatagram::bind(path).map_err(err)?;
+            listener.paths.push(path.clone());
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+            let fd = socket.as_raw_fd();
+            set_int_option(fd, libc::SO_PASSCRED, 1).map_err(err)?;
+            // As root the limit can be passed; otherwise the system's cap
+            // applies, which is fine.
+            if set_int_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES).is_err() {
+                let _ = set_int_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES);
+            }
+            let receiver = match config.receive {
+                ReceiveMode::Recvmmsg => None,
+                ReceiveMode::IoUring => {
+                    Some(uring::UringReceiver::new().map_err(SyslogError::NoIoUring)?)
+                }
+                ReceiveMode::Auto => match uring::UringReceiver::new() {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::warn!(
+                            reason = %e,
+                            "io_uring is not available; the syslog socket is read with recvmmsg"
+                        );
+                        None
+                    }
+                },
+            };
+            // SAFETY: eventfd has no memory preconditions; the result is
+            // checked before it is owned.
+            let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+            if wake < 0 {
+                return Err(err(std::io::Error::last_os_error()));
+            }
+            // SAFETY: a fresh descriptor nobody else owns.
+            let wake =
+                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) };
+            let wake_fd = wake.as_raw_fd();
+            listener.wake = Some(wake);
+            let (mut ingest, stats, stop) = (ingest.clone(), stats.clone(), stop.clone());
+            let thread = std::thread::Builder::new()
+                .name("syslog-dgram".into())
+                .spawn(move || receive(fd, wake_fd, receiver, &mut ingest, &stats, &stop))
+                .map_err(SyslogError::Spawn)?;
+            tracing::info!(socket = %path.display(), "syslog datagram socket listening");
+            listener.fds.push(fd);
+            listener.threads.push(thread);
+            listener._datagram = Some(socket);
+        }
+        if let Some(path) = &config.stream {
+            let err = |source| SyslogError::Socket {
+                path: path.clone(),
+                source,
+            };
+            bind_path(path)?;
+            let socket = UnixListener::bind(path).map_err(err)?;
+            listener.paths.push(path.clone());
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+            let fd = socket.as_raw_fd();
+            let shared = Arc::new(stream::Shared {
+                stats: stats.clone(),
+                stop: stop.clone(),
+                connections: AtomicU64::new(0),
+            });
+            let ingest = ingest.clone();
+            let thread = std::thread::Builder::new()
+                .name("syslog-accept".into())
+                .spawn(move || stream::accept_loop(socket, ingest, shared))
+                .map_err(SyslogError::Spawn)?;
+            tracing::info!(socket = %path.display(), "syslog stream socket listening");
+            listener.fds.push(fd);
+            listener.threads.push(thread);
+        }
+        Ok(listener)
+    }
+}
+
+/// The datagram receiver thread: io_uring if set up, else (or when it
+/// fails later) recvmmsg.
+fn receive(
+    fd: RawFd,
+    wake_fd: RawFd,
+    receiver: Option<uring::UringReceiver>,
+    ingest: &mut Ingest,
+    stats: &SyslogStats,
+    stop: &AtomicBool,
+) {
+    if let Some(r) = receiver {
+        stats.path.store(PATH_IO_URING, Ordering::Relaxed);
+        tracing::info!("syslog socket read through io_uring (multishot recvmsg)");
+        match r.run(fd, wake_fd, ingest, stats, stop) {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(
+                error = %e,
+                "io_uring receive failed; the syslog socket is read with recvmmsg from now on"
+            ),
+        }
+    }
+    stats.path.store(PATH_RECVMMSG, Ordering::Relaxed);
+    recvmmsg::run(fd, wake_fd, ingest, stats, stop);
+}
+
+impl Drop for SyslogListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(wake) = &self.wake {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: an open eventfd and an 8-byte buffer, as eventfd wants.
+            unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+        }
+        for &fd in &self.fds {
+            // Makes blocked receives and accepts return. SAFETY: the sockets
+            // are open (owned by this struct or by threads not yet joined).
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for p in &self.paths {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! From a received syslog message to an event in the ring of the CPU that
+//! received it.
+//!
+//! Columns: `pid` and `uid` are the sender's credentials as the kernel gave
+//! them (SCM_CREDENTIALS, SO_PEERCRED), never what the message says; `level`
+//! is the severity, `provider` the app name (or "syslog"), `name` the MSGID
+//! (or the facility), `message` the text. Everything else goes into
+//! `fields`: what the message claims (hostname, procid, timestamp,
+//! structured data), the facility, the kernel's gid, the transport and, when
+//! something did not parse, the problems and the raw bytes (base64).
+
+use super::parse::{self, Parsed};
+use super::SyslogStats;
+use crate::rings::{EmitError, Event, Level, Ring};
+use base64::Engine;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The sender as the kernel saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credentials {
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `SCM_CREDENTIALS` from a control-message buffer, read field by field
+/// (the buffer came from the kernel, but is parsed as untrusted bytes).
+pub fn credentials(control: &[u8]) -> Option<Credentials> {
+    // struct cmsghdr { size_t cmsg_len; int cmsg_level; int cmsg_type; }
+    let word = std::mem::size_of::<usize>();
+    let header = std::mem::size_of::<libc::cmsghdr>();
+    let mut at = 0usize;
+    while at + header <= control.len() {
+        let bytes = |i: usize, n: usize| control.get(at + i..at + i + n);
+        let len = usize::from_ne_bytes(bytes(0, word)?.try_into().ok()?);
+        let level = i32::from_ne_bytes(bytes(word, 4)?.try_into().ok()?);
+        let kind = i32::from_ne_bytes(bytes(word + 4, 4)?.try_into().ok()?);
+        if len < header || at + len > control.len() {
+            return None;
+        }
+        if level == libc::SOL_SOCKET && kind == libc::SCM_CREDENTIALS && len >= header + 12 {
+            let data = &control[at + header..];
+            let pid = i32::from_ne_bytes(data[0..4].try_into().ok()?);
+            let uid = u32::from_ne_bytes(data[4..8].try_into().ok()?);
+            let gid = u32::from_ne_bytes(data[8..12].try_into().ok()?);
+            return Some(Credentials { pid, uid, gid });
+        }
+        at += len.div_ceil(word) * word;
+    }
+    None
+}
+
+/// How a message arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Datagram,
+    Stream,
+}
+
+impl Transport {
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Datagram => "dgram",
+            Transport::Stream => "stream",
+        }
+    }
+}
+
+/// The `fields` object of a syslog event.
+#[derive(Serialize)]
+struct Fields<'a> {
+    transport: &'static str,
+    format: &'static str,
+    facility: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gid: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    no_credentials: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hostname: Option<&'a str>,
+    /// The PROCID the message claims (the `pid` column is the kernel's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    procid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msgid: Option<&'a str>,
+    /// The timestamp the message claims (`ts` is when eventd received it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<&'a str>,
+    #[serde(skip_serializing_if = "Sd::is_empty")]
+    sd: Sd<'a, 'a>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    problems: &'a [&'static str],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw_base64: Option<String>,
+    /// The message's length before it was cut to fit a ring record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    truncated_from: Option<usize>,
+}
+
+/// Structured data as `{"id": {"name": "value", ...}, ...}`.
+struct Sd<'p, 'a>(&'p [parse::SdElement<'a>]);
+
+impl Sd<'_, '_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Sd<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for element in self.0 {
+            let params: std::collections::BTreeMap<&str, &str> = element
+                .params
+                .iter()
+                .map(|(k, v)| (k.as_ref(), v.as_str()))
+                .collect();
+            map.serialize_entry(element.id.as_ref(), &params)?;
+        }
+        map.end()
+    }
+}
+
+/// Turns received messages into events and emits them. One per receiving
+/// thread (it keeps a scratch buffer).
+pub struct Ingest {
+    /// Indexed by logical CPU id.
+    rings_by_cpu: Vec<Option<Arc<Ring>>>,
+    /// For a CPU without an attached ring.
+    fallback: Arc<Ring>,
+    stats: Arc<SyslogStats>,
+    stop: Arc<AtomicBool>,
+    fields: Vec<u8>,
+}
+
+impl Clone for Ingest {
+    fn clone(&self) -> Self {
+        Ingest {
+            rings_by_cpu: self.rings_by_cpu.clone(),
+            fallback: self.fallback.clone(),
+            stats: self.stats.clone(),
+            stop: self.stop.clone(),
+            fields: Vec::new(),
+        }
+    }
+}
+
+/// How long a receiver waits for the drain to make room before it looks
+/// at the ring again.
+const ROOM_WAIT: Duration = Duration::from_micros(200);
+
+impl Ingest {
+    /// `rings` are the attached rings (at least one).
+    pub fn new(
+        rings: &[Arc<Ring>],
+        stats: Arc<SyslogStats>,
+        stop: Arc<AtomicBool>,
+    ) -> Option<Self> {
+        let fallback = rings.first()?.clone();
+        let top = rings.iter().map(|r| r.cpu() as usize).max()?;
+        let mut rings_by_cpu = vec![None; top + 1];
+        for r in rings {
+            rings_by_cpu[r.cpu() as usize] = Some(r.clone());
+        }
+        Some(Ingest {
+            rings_by_cpu,
+            fallback,
+            stats,
+            stop,
+            fields: Vec::with_capacity(4096),
+        })
+    }
+
+    /// The ring of the CPU this thread runs on.
+    fn ring(&self) -> Arc<Ring> {
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        usize::try_from(cpu)
+            .ok()
+            .and_then(|c| self.rings_by_cpu.get(c).cloned().flatten())
+            .unwrap_or_else(|| self.fallback.clone())
+    }
+
+    /// Stores one received message. `received_len` is its length as sent
+    /// (more than `bytes.len()` when the receive buffer cut it).
+    pub fn deliver(
+        &mut self,
+        bytes: &[u8],
+        received_len: usize,
+        credentials: Option<Credentials>,
+        transport: Transport,
+    ) {
+        let s = &self.stats;
+        s.received.fetch_add(1, Ordering::Relaxed);
+        if bytes.iter().all(|b| b.is_ascii_whitespace() || *b == 0) {
+            s.rejected_empty.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let parsed = parse::parse(bytes);
+        let ring = self.ring();
+        let max = ring.geometry().payload_bytes_max();
+        let cut = received_len > bytes.len();
+        let event = build(
+            &parsed,
+            bytes,
+            received_len,
+            credentials,
+            transport,
+            max,
+            &mut self.fields,
+        );
+        let Some(event) = event else {
+            s.rejected_too_large.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if !parsed.problems.is_empty() {
+            s.malformed.fetch_add(1, Ordering::Relaxed);
+        }
+        if cut || event.message.len() < parsed.message.len() {
+            s.truncated.fetch_add(1, Ordering::Relaxed);
+        }
+        self.emit(&ring, &event.as_event(&self.fields));
+    }
+
+    /// Emits `event`, waiting while the ring is nearly full: a receiver can
+    /// wait (the kernel then holds the messages, and blocking senders
+    /// wait), so nothing it received is overwritten before it is drained.
+    fn emit(&self, ring: &Ring, event: &Event<'_>) {
+        let s = &self.stats;
+        let pages = ring.geometry().page_count as u64;
+        let headroom = (pages / 8).max(2);
+        let mut waited = false;
+        while ring.backlog_pages() + headroom >= pages && !self.stop.load(Ordering::Relaxed) {
+            waited = true;
+            std::thread::sleep(ROOM_WAIT);
+        }
+        if waited {
+            s.ring_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        for _ in 0..3 {
+            match ring.emit(event) {
+                Ok(()) => {
+                    s.stored.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(EmitError::Busy) => continue,
+                Err(EmitError::Overwritten | EmitError::Encode(_)) => break,
+            }
+        }
+        s.emit_failures.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What goes into the ring, before the borrow of the fields buffer.
+struct Built<'p> {
+    level: Level,
+    pid: u32,
+    uid: u32,
+    provider: &'p str,
+    name: &'p str,
+    message: &'p str,
+}
+
+impl<'p> Built<'p> {
+    fn as_event<'e>(&self, fields: &'e [u8]) -> Event<'e>
+    where
+        'p: 'e,
+    {
+        Event {
+            ts_ns: crate::rings::now_ns(),
+            pid: self.pid,
+            tid: 0,
+            uid: self.uid,
+            level: self.level,
+            provider: self.provider,
+            name: self.name,
+            message: self.message,
+            // The buffer holds serde_json's output: UTF-8.
+            fields: std::str::from_utf8(fields).unwrap_or(""),
+        }
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char
+/// boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Fills `fields` and returns the event's columns, the message cut so that
+/// the record fits `max` payload bytes; `None` if not even the fields fit.
+fn build<'p>(
+    parsed: &'p Parsed<'_>,
+    raw: &[u8],
+    received_len: usize,
+    credentials: Option<Credentials>,
+    transport: Transport,
+    max: usize,
+    fields: &mut Vec<u8>,
+) -> Option<Built<'p>> {
+    let provider = prefix(parsed.app_name.as_deref().unwrap_or("syslog"), 255);
+    let name = prefix(
+        parsed
+            .msgid
+            .as_deref()
+            .unwrap_or_else(|| parse::facility_name(parsed.facility)),
+        255,
+    );
+    let mut f = Fields {
+        transport: transport.name(),
+        format: parsed.format.name(),
+        facility: parse::facility_name(parsed.facility),
+        gid: credentials.map(|c| c.gid),
+        no_credentials: credentials.is_none(),
+        hostname: parsed.hostname.as_deref(),
+        procid: parsed.procid.as_deref(),
+        msgid: parsed.msgid.as_deref(),
+        timestamp: parsed.timestamp.as_deref(),
+        sd: Sd(&parsed.structured_data),
+        problems: &parsed.problems,
+        // What did not parse is kept as it came (if it fits a record).
+        raw_base64: (!parsed.problems.is_empty() && raw.len() <= max / 2)
+            .then(|| base64::engine::general_purpose::STANDARD.encode(raw)),
+        truncated_from: (received_len > raw.len()).then_some(received_len),
+    };
+    let fixed = provider.len() + name.len();
+    let mut message = parsed.message.as_ref();
+    loop {
+        fields.clear();
+        // Serializing plain strings and numbers into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *fields, &f);
+        let room = max.saturating_sub(fixed + fields.len());
+        if message.len() <= room {
+            break;
+        }
+        if f.raw_base64.is_some() {
+            // The raw bytes go first: the message says most of it.
+            f.raw_base64 = None;
+            continue;
+        }
+        if f.truncated_from.is_none() {
+            f.truncated_from = Some(received_len);
+            continue;
+        }
+        if room == 0 {
+            return None;
+        }
+        message = prefix(message, room);
+    }
+    let (pid, uid) = match credentials {
+        Some(c) => (u32::try_from(c.pid).unwrap_or(0), c.uid),
+        // Unknown sender: uid -1, as the kernel writes "no uid".
+        None => (0, u32::MAX),
+    };
+    Some(Built {
+        level: Level::from_u8(parsed.severity).unwrap_or(Level::Notice),
+        pid,
+        uid,
+        provider,
+        name,
+        message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields_of(
+        input: &[u8],
+        creds: Option<Credentials>,
+        max: usize,
+    ) -> (serde_json::Value, String) {
+        let parsed = parse::parse(input);
+        let mut buf = Vec::new();
+        let built = build(
+            &parsed,
+            input,
+            input.len(),
+            creds,
+            Transport::Datagram,
+            max,
+            &mut buf,
+        )
+        .unwrap();
+        let message = built.message.to_string();
+        (serde_json::from_slice(&buf).unwrap(), message)
+    }
+
+    #[test]
+    fn claims_and_kernel_credentials_are_kept_apart() {
+        let creds = Credentials {
+            pid: 4242,
+            uid: 1000,
+            gid: 100,
+        };
+        let input = b"<86>1 2026-11-30T10:00:00Z web01 nginx 17 ACCESS [req@1 id=\"7\"] GET /";
+        let parsed = parse::parse(input);
+        let mut buf = Vec::new();
+        let built = build(
+            &parsed,
+            input,
+            input.len(),
+            Some(creds),
+            Transport::Datagram,
+            16000,
+            &mut buf,
+        )
+        .unwrap();
+        assert_eq!((built.pid, built.uid), (4242, 1000));
+        assert_eq!(
+            (built.provider, built.name, built.message),
+            ("nginx", "ACCESS", "GET /")
+        );
+        assert_eq!(built.level, Level::Info);
+        let f: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+        assert_eq!(f["procid"], "17", "the claimed pid is kept as a claim");
+        assert_eq!(f["gid"], 100);
+        assert_eq!(f["facility"], "authpriv");
+        assert_eq!(f["hostname"], "web01");
+        assert_eq!(f["sd"]["req@1"]["id"], "7");
+        assert!(f.get("problems").is_none() && f.get("raw_base64").is_none());
+    }
+
+    #[test]
+    fn malformed_input_keeps_its_raw_bytes_and_oversized_is_cut() {
+        let (f, message) = fields_of(b"<999>caf\xE9", None, 16000);
+        assert_eq!(
+            f["problems"],
+            serde_json::json!(["priority out of range", "not UTF-8"])
+        );
+        assert_eq!(f["raw_base64"], "PDk5OT5jYWbp");
+        assert_eq!(f["no_credentials"], true);
+        assert_eq!(message, "<999>caf\u{FFFD}");
+        let big = format!("<13>app: {}", "é".repeat(10_000));
+        let (f, message) = fields_of(big.as_bytes(), None, 4000);
+        assert_eq!(f["truncated_from"], big.len());
+        assert!(message.len() < 4000 && message.starts_with("éé"));
+        assert!(message.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn credentials_are_read_from_a_control_buffer() {
+        let mut control = vec![0u8; 32];
+        control[0..8].copy_from_slice(&28usize.to_ne_bytes());
+        control[8..12].copy_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+        control[12..16].copy_from_slice(&libc::SCM_CREDENTIALS.to_ne_bytes());
+        control[16..20].copy_from_slice(&77i32.to_ne_bytes());
+        control[20..24].copy_from_slice(&5u32.to_ne_bytes());
+        control[24..28].copy_from_slice(&6u32.to_ne_bytes());
+        assert_eq!(
+            credentials(&control),
+            Some(Credentials {
+                pid: 77,
+                uid: 5,
+                gid: 6
+            })
+        );
+        // A hostile length is refused, not followed.
+        control[0..8].copy_from_slice(&4096usize.to_ne_bytes());
+        assert_eq!(credentials(&control), None);
+        assert_eq!(credentials(&[]), None);
+    }
+}

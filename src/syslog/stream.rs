@@ -1,0 +1,318 @@
+//! The stream socket variant, for messages longer than a datagram and for
+//! senders that keep a connection (`logger --socket-errors=on -T`,
+//! rsyslog's omuxsock peers).
+//!
+//! Framing (RFC 6587), decided per message: a message that starts with a
+//! digit is octet-counted (`LEN SP MSG`); anything else ends at a newline.
+//! A frame longer than [`FRAME_BYTES_MAX`] is cut (the rest is read and
+//! dropped) and stored with its length. The sender's credentials are the
+//! connection's (SO_PEERCRED), read once at accept.
+
+use super::record::{Credentials, Ingest, Transport};
+use super::SyslogStats;
+use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest frame kept whole.
+pub const FRAME_BYTES_MAX: usize = 64 << 10;
+/// Connections served at once; more are closed at accept (and counted).
+pub const CONNECTIONS_MAX: u64 = 256;
+/// How often a blocked read looks at the stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(500);
+
+pub(super) struct Shared {
+    pub stats: Arc<SyslogStats>,
+    pub stop: Arc<AtomicBool>,
+    pub connections: AtomicU64,
+}
+
+pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "syslog stream socket: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let taken = shared
+            .connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < CONNECTIONS_MAX).then_some(n + 1)
+            });
+        if taken.is_err() {
+            shared
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            continue; // dropping the stream closes it
+        }
+        let (ingest, shared) = (ingest.clone(), shared.clone());
+        let spawned = std::thread::Builder::new()
+            .name("syslog-stream".into())
+            .spawn(move || {
+                serve(stream, ingest, &shared);
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "syslog stream connection dropped: cannot start a thread");
+        }
+    }
+}
+
+fn peer(stream: &UnixStream) -> Option<Credentials> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, and a ucred-sized buffer with its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(stream),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(Credentials {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+fn serve(stream: UnixStream, mut ingest: Ingest, shared: &Shared) {
+    let creds = peer(&stream);
+    let _ = stream.set_read_timeout(Some(STOP_CHECK));
+    let mut reader = Frames::new(stream, &shared.stop);
+    let mut frame = Vec::with_capacity(4096);
+    loop {
+        match reader.next_frame(&mut frame) {
+            Ok(Some(len)) => ingest.deliver(&frame, len, creds, Transport::Stream),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "syslog stream connection ended");
+                return;
+            }
+        }
+    }
+}
+
+/// A read buffer that can be asked to hold at least a few bytes (to tell
+/// an octet count from text) and that waits out read timeouts, looking at
+/// the stop flag.
+pub(super) struct Frames<'s, R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    stop: &'s AtomicBool,
+}
+
+impl<'s, R: Read> Frames<'s, R> {
+    pub(super) fn new(inner: R, stop: &'s AtomicBool) -> Self {
+        Self::with_capacity(inner, stop, FRAME_BYTES_MAX)
+    }
+
+    fn with_capacity(inner: R, stop: &'s AtomicBool, capacity: usize) -> Self {
+        Frames {
+            inner,
+            buf: vec![0; capacity.max(16)],
+            start: 0,
+            end: 0,
+            eof: false,
+            stop,
+        }
+    }
+
+    fn available(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Reads until at least `n` bytes are buffered (at most the buffer's
+    /// size) or the stream ends; false if fewer are there.
+    fn ensure(&mut self, n: usize) -> std::io::Result<bool> {
+        let n = n.min(self.buf.len());
+        while self.end - self.start < n && !self.eof {
+            if self.end == self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            }
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.end += k,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    if self.stop.load(Ordering::Relaxed) {
+                        self.eof = true;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.end - self.start >= n)
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.start += n.min(self.end - self.start);
+    }
+
+    /// Reads the next frame into `frame` (cut at [`FRAME_BYTES_MAX`]);
+    /// returns its full length, or `None` at the end of the stream.
+    pub(super) fn next_frame(&mut self, frame: &mut Vec<u8>) -> std::io::Result<Option<usize>> {
+        frame.clear();
+        // Skip blank lines between frames.
+        loop {
+            if !self.ensure(1)? {
+                return Ok(None);
+            }
+            let blank = self
+                .available()
+                .iter()
+                .take_while(|&&b| b == b'\n' || b == b'\r')
+                .count();
+            if blank == 0 {
+                break;
+            }
+            self.consume(blank);
+        }
+        if let Some(len) = self.octet_count()? {
+            return self.read_counted(frame, len).map(Some);
+        }
+        let mut total = 0usize;
+        loop {
+            if !self.ensure(1)? {
+                return Ok((total > 0).then_some(total));
+            }
+            let buf = self.available();
+            let (chunk, end) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, Some(i + 1)),
+                None => (buf.len(), None),
+            };
+            let keep = chunk.min(FRAME_BYTES_MAX.saturating_sub(frame.len()));
+            frame.extend_from_slice(&buf[..keep]);
+            total += chunk;
+            self.consume(end.unwrap_or(chunk));
+            if end.is_some() {
+                return Ok(Some(total));
+            }
+        }
+    }
+
+    /// `LEN SP <` at the start (RFC 6587 octet counting: a count, then a
+    /// message, which starts with its priority): the count, with `LEN SP`
+    /// consumed. Anything else (say, a line that starts with a year) is
+    /// left for newline framing.
+    fn octet_count(&mut self) -> std::io::Result<Option<usize>> {
+        // Up to 9 digits, a space and the '<'.
+        self.ensure(11)?;
+        let buf = self.available();
+        let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0
+            || digits > 9
+            || buf.get(digits) != Some(&b' ')
+            || buf.get(digits + 1) != Some(&b'<')
+        {
+            return Ok(None);
+        }
+        let len = buf[..digits]
+            .iter()
+            .fold(0usize, |v, d| v * 10 + usize::from(d - b'0'));
+        self.consume(digits + 1);
+        Ok(Some(len))
+    }
+
+    fn read_counted(&mut self, frame: &mut Vec<u8>, len: usize) -> std::io::Result<usize> {
+        let mut left = len;
+        while left > 0 {
+            if !self.ensure(1)? {
+                // The sender stopped mid-frame: keep what came.
+                return Ok(len - left);
+            }
+            let buf = self.available();
+            let n = buf.len().min(left);
+            let keep = n.min(FRAME_BYTES_MAX.saturating_sub(frame.len()));
+            frame.extend_from_slice(&buf[..keep]);
+            self.consume(n);
+            left -= n;
+        }
+        Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(input: &[u8]) -> Vec<(String, usize)> {
+        let stop = AtomicBool::new(false);
+        // A small buffer, and reads of 5 bytes at most: frames cross both.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = out.len().min(5).min(self.0.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let mut reader = Frames::with_capacity(Trickle(input), &stop, 32);
+        let mut frame = Vec::new();
+        let mut out = Vec::new();
+        while let Some(len) = reader.next_frame(&mut frame).unwrap() {
+            out.push((String::from_utf8_lossy(&frame).into_owned(), len));
+        }
+        out
+    }
+
+    #[test]
+    fn octet_counted_and_newline_framed_messages_mix() {
+        let got = frames(b"<13>first line\n11 <13>a\nb c d\n\n<14>last without newline");
+        assert_eq!(
+            got,
+            vec![
+                ("<13>first line".to_string(), 14),
+                ("<13>a\nb c d".to_string(), 11),
+                ("<14>last without newline".to_string(), 24),
+            ]
+        );
+        // Digits that are not a length: an ordinary line.
+        assert_eq!(
+            frames(b"2026 was a year\n"),
+            vec![("2026 was a year".to_string(), 15)]
+        );
+    }
+
+    #[test]
+    fn an_overlong_frame_is_cut_and_the_next_one_is_intact() {
+        let mut input = vec![b'x'; FRAME_BYTES_MAX + 100];
+        input.extend_from_slice(b"\n<13>next\n");
+        let got = frames(&input);
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            (got[0].0.len(), got[0].1),
+            (FRAME_BYTES_MAX, FRAME_BYTES_MAX + 100)
+        );
+        assert_eq!(got[1], ("<13>next".to_string(), 8));
+        // A count larger than what follows: what came is kept.
+        assert_eq!(frames(b"100 <13>short"), vec![("<13>short".to_string(), 9)]);
+    }
+}

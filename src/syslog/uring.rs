@@ -1,0 +1,206 @@
+//! The io_uring receive path: one multishot `recvmsg` request keeps
+//! delivering datagrams (with their SCM_CREDENTIALS) into buffers the ring
+//! was given beforehand, and one `io_uring_enter` collects every completion
+//! that is ready, so a burst costs a few syscalls instead of one per
+//! message.
+//!
+//! Buffers: [`BUFFERS`] slots of [`BUFFER_BYTES`], provided to the kernel as
+//! group [`GROUP`]. Each completion names the slot it used; after the
+//! message is stored the slot is provided again. When every slot is in use
+//! the kernel ends the multishot request (ENOBUFS): the slots are given back
+//! and the request is made again. Messages wait in the socket meanwhile;
+//! nothing is lost.
+
+use super::record::{credentials, Ingest, Transport};
+use super::recvmmsg::{CONTROL_BYTES, DATAGRAM_BYTES_MAX};
+use super::SyslogStats;
+use io_uring::{cqueue, opcode, types, IoUring};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const ENTRIES: u32 = 256;
+const BUFFERS: u16 = 128;
+const GROUP: u16 = 7;
+/// The kernel's `io_uring_recvmsg_out` header, the control room, a datagram.
+const BUFFER_BYTES: usize = 16 + CONTROL_BYTES + DATAGRAM_BYTES_MAX;
+const RECV: u64 = 1;
+const PROVIDE: u64 = 2;
+const WAKE: u64 = 3;
+
+/// Why io_uring cannot be used here.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    #[error("io_uring_setup failed: {0}")]
+    Setup(std::io::Error),
+    #[error("this kernel's io_uring lacks {0}")]
+    Missing(&'static str),
+    #[error("io_uring: {0}")]
+    Io(std::io::Error),
+}
+
+/// The receiver, set up (ring created, operations probed, buffers given).
+pub struct UringReceiver {
+    // Field order: the ring is dropped (its requests cancelled) before the
+    // memory they point into.
+    ring: IoUring,
+    msghdr: Box<libc::msghdr>,
+    buffers: Vec<u8>,
+}
+
+// SAFETY: the only non-Send part is the msghdr template's raw pointers,
+// which are all null (no name, no iovec, no control buffer: multishot
+// recvmsg reads only the two lengths); the ring and the buffers are owned
+// data. Moving the receiver to its thread before use shares nothing.
+unsafe impl Send for UringReceiver {}
+
+impl UringReceiver {
+    /// Sets io_uring up, or says why it cannot be (EPERM or ENOSYS from a
+    /// seccomp profile, a kernel before 6.0).
+    pub fn new() -> Result<Self, Unavailable> {
+        let ring = IoUring::new(ENTRIES).map_err(Unavailable::Setup)?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter()
+            .register_probe(&mut probe)
+            .map_err(Unavailable::Io)?;
+        if !probe.is_supported(opcode::RecvMsgMulti::CODE) {
+            return Err(Unavailable::Missing("recvmsg"));
+        }
+        if !probe.is_supported(opcode::ProvideBuffers::CODE) {
+            return Err(Unavailable::Missing("provided buffers"));
+        }
+        // SAFETY: msghdr is plain data; all-zero is a valid value.
+        let mut msghdr: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        // Multishot recvmsg reads only these two lengths: no name, room for
+        // the credentials.
+        msghdr.msg_namelen = 0;
+        msghdr.msg_controllen = CONTROL_BYTES as _;
+        Ok(UringReceiver {
+            ring,
+            msghdr,
+            buffers: vec![0u8; BUFFERS as usize * BUFFER_BYTES],
+        })
+    }
+
+    fn provide(&mut self, first: u16, count: u16) -> Result<(), Unavailable> {
+        let start = first as usize * BUFFER_BYTES;
+        let entry = opcode::ProvideBuffers::new(
+            self.buffers[start..].as_mut_ptr(),
+            BUFFER_BYTES as i32,
+            count,
+            GROUP,
+            first,
+        )
+        .build()
+        .user_data(PROVIDE);
+        self.push(entry)
+    }
+
+    fn arm(&mut self, fd: RawFd) -> Result<(), Unavailable> {
+        // MSG_TRUNC: the completion reports a cut datagram's real length.
+        let entry = opcode::RecvMsgMulti::new(types::Fd(fd), &*self.msghdr, GROUP)
+            .flags(libc::MSG_TRUNC as u32)
+            .build()
+            .user_data(RECV);
+        self.push(entry)
+    }
+
+    fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<(), Unavailable> {
+        loop {
+            // SAFETY: every entry points into `buffers` or `msghdr`, which
+            // live as long as the ring (see the field order).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return Ok(());
+            }
+            // The submission queue is full: hand it to the kernel.
+            self.ring.submit().map_err(Unavailable::Io)?;
+        }
+    }
+
+    /// Receives until `stop` is set and `wake_fd` (an eventfd) is written.
+    pub fn run(
+        mut self,
+        fd: RawFd,
+        wake_fd: RawFd,
+        ingest: &mut Ingest,
+        stats: &SyslogStats,
+        stop: &AtomicBool,
+    ) -> Result<(), Unavailable> {
+        self.provide(0, BUFFERS)?;
+        self.arm(fd)?;
+        // Shutting a datagram socket down does not end a multishot receive:
+        // at stop, the eventfd's readiness does.
+        let wake = opcode::PollAdd::new(types::Fd(wake_fd), libc::POLLIN as u32)
+            .build()
+            .user_data(WAKE);
+        self.push(wake)?;
+        let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(ENTRIES as usize * 2);
+        loop {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Unavailable::Io(e)),
+            }
+            stats.receive_calls.fetch_add(1, Ordering::Relaxed);
+            done.clear();
+            done.extend(
+                self.ring
+                    .completion()
+                    .map(|c| (c.user_data(), c.result(), c.flags())),
+            );
+            let mut rearm = false;
+            for &(what, result, flags) in &done {
+                if what == WAKE {
+                    if stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                if what != RECV {
+                    if result < 0 {
+                        return Err(Unavailable::Io(std::io::Error::from_raw_os_error(-result)));
+                    }
+                    continue;
+                }
+                if !cqueue::more(flags) {
+                    rearm = true;
+                }
+                if result < 0 {
+                    if result != -libc::ENOBUFS {
+                        stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                let Some(slot) = cqueue::buffer_select(flags) else {
+                    continue;
+                };
+                if result > 0 {
+                    let start = slot as usize * BUFFER_BYTES;
+                    let used = &self.buffers[start..start + result as usize];
+                    match types::RecvMsgOut::parse(used, &self.msghdr) {
+                        Ok(out) => {
+                            let creds = credentials(out.control_data());
+                            let payload = out.payload_data();
+                            let len = out.incoming_payload_len() as usize;
+                            ingest.deliver(
+                                payload,
+                                len.max(payload.len()),
+                                creds,
+                                Transport::Datagram,
+                            );
+                        }
+                        Err(()) => {
+                            stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                self.provide(slot, 1)?;
+            }
+            if rearm {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                self.arm(fd)?;
+            }
+        }
+    }
+}
