@@ -14,6 +14,7 @@ mod load;
 mod pipeline;
 mod querybench;
 mod report;
+mod syslogbench;
 mod system;
 
 use anyhow::{bail, Context};
@@ -56,6 +57,20 @@ struct Args {
     /// Run every point this many times (interleaved) and report the median.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Messages each peer gets in the syslog scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Peers of the syslog scenario, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "eventd,rsyslog,journald,syslog-ng"
+    )]
+    peers: Vec<syslogbench::Peer>,
+    /// eventd's configuration file in the syslog scenario (default: none).
+    #[arg(long)]
+    eventd_config: Option<PathBuf>,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     results: PathBuf,
@@ -80,6 +95,9 @@ enum Scenario {
     /// Time to the first and the 100th result of a time-range query over 1,
     /// 16 and 256 databases holding the same events (--query-events).
     Query,
+    /// The same syslog datagrams into eventd, rsyslog, journald and
+    /// syslog-ng, one after the other (--messages, --peers).
+    Syslog,
     /// Baseline and every sweep.
     All,
 }
@@ -95,6 +113,7 @@ impl Scenario {
             Scenario::Channel => "channel",
             Scenario::Pragmas => "pragmas",
             Scenario::Query => "query",
+            Scenario::Syslog => "syslog",
             Scenario::All => "all",
         }
     }
@@ -143,6 +162,10 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::Query {
             last = Some(run_query_bench(&args, &work)?);
+            continue;
+        }
+        if scenario == Scenario::Syslog {
+            last = Some(run_syslog_bench(&args, &setup.eventd, &work)?);
             continue;
         }
         last = Some(run_scenario(scenario, &args, &setup, sizes, &work)?);
@@ -255,7 +278,9 @@ fn run_scenario(
             )
         })
         .collect(),
-        Scenario::All | Scenario::Pragmas | Scenario::Query => unreachable!("handled by main"),
+        Scenario::All | Scenario::Pragmas | Scenario::Query | Scenario::Syslog => {
+            unreachable!("handled by main")
+        }
     };
     let progress = indicatif::ProgressBar::new_spinner();
     progress.enable_steady_tick(Duration::from_millis(200));
@@ -416,6 +441,68 @@ fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
     std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
     println!("\nreport: {}", json.display());
     Ok(())
+}
+
+fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyhow::Result<String> {
+    let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
+    for round in 0..args.repeat.max(1) {
+        if args.repeat > 1 {
+            eprintln!("round {}", round + 1);
+        }
+        all.push(syslogbench::run(
+            &args.peers,
+            args.messages,
+            work,
+            eventd,
+            args.eventd_config.as_deref(),
+        )?);
+    }
+    let machine = report::Machine::describe();
+    println!(
+        "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
+        args.messages, machine.cpus
+    );
+    println!(
+        "| peer | stores into | stored/s | stored | lost | seconds | sender seconds | version |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for round in &all {
+        for r in round {
+            println!(
+                "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} |",
+                r.peer.name(),
+                r.stores_into,
+                r.stored_per_s,
+                r.stored,
+                r.lost,
+                r.seconds,
+                r.send_seconds,
+                r.version
+            );
+        }
+    }
+    let json = args.results.join("syslog.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&all)?)?;
+    println!("\nreport: {}", json.display());
+    // The last round's ratio of eventd to the fastest peer.
+    let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
+    let eventd_rate = last
+        .iter()
+        .find(|r| r.peer == syslogbench::Peer::Eventd)
+        .map_or(0.0, |r| r.stored_per_s);
+    let best_peer = last
+        .iter()
+        .filter(|r| r.peer != syslogbench::Peer::Eventd)
+        .map(|r| r.stored_per_s)
+        .fold(0.0, f64::max);
+    Ok(format!(
+        "syslog eventd_per_s={eventd_rate:.0} best_peer_per_s={best_peer:.0} ratio={:.2}",
+        if best_peer > 0.0 {
+            eventd_rate / best_peer
+        } else {
+            0.0
+        }
+    ))
 }
 
 fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String> {

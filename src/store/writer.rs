@@ -146,6 +146,11 @@ pub const INSERT_EVENT: &str = "INSERT INTO events (ts, cpu, seq, ring_epoch, pi
 /// Commit attempts made at shutdown before giving a failing batch up (its
 /// events stay in the rings, uncommitted, and are drained at the next start).
 const SHUTDOWN_ATTEMPTS: u32 = 5;
+/// A batch of 2 up to this many items waits [`LINGER`] for more before it
+/// is committed (chosen with the syslog scenario of the load harness, see
+/// docs/performance.md).
+const LINGER_BELOW_ITEMS: usize = 1024;
+const LINGER: Duration = Duration::from_millis(1);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 impl ShardWriter {
@@ -192,14 +197,27 @@ impl ShardWriter {
                 break; // every sender is gone and nothing is left
             }
             let max = self.shared.max_batch.load(Ordering::Relaxed).max(1) as usize;
-            while batch.len() < max {
-                match self
-                    .rx
-                    .try_recv_batch(max - batch.len(), |h, p| accept(batch, &mut woken, h, p))
-                {
-                    Ok(_) => {}
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            let mut drain = |rx: &mut Receiver<Handoff>, batch: &mut Batch| {
+                while batch.len() < max {
+                    match rx
+                        .try_recv_batch(max - batch.len(), |h, p| accept(batch, &mut woken, h, p))
+                    {
+                        Ok(_) => {}
+                        Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    }
                 }
+            };
+            drain(&mut self.rx, batch);
+            if (2..LINGER_BELOW_ITEMS.min(max)).contains(&batch.len()) {
+                // A steady stream that keeps the channel just short of
+                // full would otherwise be committed a hundred events at a
+                // time, and a commit costs about as much as a few hundred
+                // rows (its pages go through the WAL and the checkpoint).
+                // Lingering gathers more first; a lone event (an idle
+                // daemon) is committed at once.
+                self.rx.release_consumed();
+                std::thread::sleep(LINGER);
+                drain(&mut self.rx, batch);
             }
             // Room goes back before the commit, not after it.
             self.rx.release_consumed();

@@ -75,6 +75,10 @@ pub fn run(fd: RawFd, wake_fd: RawFd, ingest: &mut Ingest, stats: &SyslogStats, 
             continue;
         }
         if n == 0 {
+            // Only a shut-down socket returns nothing without EAGAIN.
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
             continue;
         }
         stats.receive_calls.fetch_add(1, Ordering::Relaxed);
