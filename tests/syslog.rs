@@ -292,3 +292,97 @@ fn syslog_events_survive_a_crash_like_every_other_event() {
     assert_eq!(gaps, 0);
     eventd.stop();
 }
+
+/// Sends `message` with `fd` attached (SCM_RIGHTS).
+fn send_with_fd(socket: &Path, message: &[u8], fd: i32) {
+    let s = sender();
+    s.connect(socket).unwrap();
+    let mut iov = libc::iovec {
+        iov_base: message.as_ptr() as *mut _,
+        iov_len: message.len(),
+    };
+    // Room for one cmsghdr and one int, aligned.
+    let mut control = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid; the pointers set below outlive the
+    // sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as _;
+    // SAFETY: msg_control points at enough room for one header and an int.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: a connected socket and a well-formed msghdr.
+    let sent = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
+    assert_eq!(sent, message.len() as isize);
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+#[test]
+fn descriptors_passed_with_messages_are_closed_not_kept() {
+    for receive in ["io_uring", "recvmmsg"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let cfg = config(dir.path(), &format!("SyslogReceive = \"{receive}\"\n"));
+        let eventd = Eventd::start(&data, Some(&cfg));
+        let socket = data.join("run/syslog.sock");
+        send_with_fd(&socket, b"<13>warmup: first", 0);
+        wait_for_events(&data, 1);
+        let before = open_fds(eventd.child.id());
+        let file = std::fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsRawFd;
+        for i in 0..200 {
+            send_with_fd(&socket, format!("<13>fdtest: {i}").as_bytes(), file.as_raw_fd());
+        }
+        wait_for_events(&data, 201);
+        let after = open_fds(eventd.child.id());
+        assert!(after <= before + 2, "{receive}: {before} descriptors before, {after} after");
+        eventd.stop();
+    }
+}
+
+#[test]
+fn a_short_line_on_an_open_stream_is_stored_without_waiting_for_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let eventd = Eventd::start(&data, None);
+    let mut s = UnixStream::connect(data.join("run/syslog-stream.sock")).unwrap();
+    s.write_all(b"<13>a: x\n").unwrap();
+    // The connection stays open: the line is framed by its newline alone.
+    wait_for_events(&data, 1);
+    assert_eq!(rows(&data)[0].5, "x");
+    drop(s);
+    eventd.stop();
+}
+
+#[test]
+fn another_daemons_live_socket_is_not_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let theirs = dir.path().join("dev-log");
+    let _other = UnixDatagram::bind(&theirs).unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!("SyslogSocket = \"{}\"\n", theirs.display()),
+    );
+    let (mut cmd, log) = command(&data, Some(&cfg), &[]);
+    let status = cmd.status().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let log = read(&log);
+    assert!(
+        log.contains("dev-log") && log.contains("another process listens on it"),
+        "{log}"
+    );
+    assert!(theirs.exists(), "their socket is still there");
+}

@@ -75,12 +75,8 @@ fn message(i: u64) -> Vec<u8> {
 /// A running peer: how to count what it stored, how to stop it.
 trait Running {
     fn socket(&self) -> PathBuf;
-    /// Messages stored so far (cheap; polled).
+    /// Messages stored so far (polled the same way for every peer).
     fn stored(&mut self) -> anyhow::Result<u64>;
-    /// When the last one was stored, if the store says (journald).
-    fn last_stored_at(&mut self) -> Option<std::time::SystemTime> {
-        None
-    }
     fn stop(&mut self) -> anyhow::Result<()>;
 }
 
@@ -216,6 +212,8 @@ struct Rsyslog {
     dir: PathBuf,
     file: Option<std::fs::File>,
     lines: u64,
+    /// The end of the file read last, after its last newline.
+    partial: Vec<u8>,
 }
 
 fn start_rsyslog(dir: &Path) -> anyhow::Result<Rsyslog> {
@@ -250,6 +248,7 @@ fn start_rsyslog(dir: &Path) -> anyhow::Result<Rsyslog> {
         dir: dir.to_path_buf(),
         file: None,
         lines: 0,
+        partial: Vec::new(),
     })
 }
 
@@ -263,14 +262,25 @@ impl Running for Rsyslog {
             self.file = std::fs::File::open(self.dir.join("messages")).ok();
         }
         if let Some(f) = &mut self.file {
-            // Counts the lines written since the last look.
+            // Counts the bench's lines written since the last look (not
+            // rsyslog's own start-up line).
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n = f.read(&mut buf)?;
                 if n == 0 {
                     break;
                 }
-                self.lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+                self.partial.extend_from_slice(&buf[..n]);
+                let complete = self
+                    .partial
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |i| i + 1);
+                self.lines += self.partial[..complete]
+                    .split(|&b| b == b'\n')
+                    .filter(|l| l.windows(12).any(|w| w == b"bench[4242]:"))
+                    .count() as u64;
+                self.partial.drain(..complete);
             }
         }
         Ok(self.lines)
@@ -360,8 +370,8 @@ fn journal_count(dir: &Path) -> anyhow::Result<u64> {
 }
 
 impl Journald {
-    /// The last entry: (its message number, its receive time).
-    fn last(&mut self) -> anyhow::Result<Option<(u64, std::time::SystemTime)>> {
+    /// The number of the last message in the journal.
+    fn last(&mut self) -> anyhow::Result<Option<u64>> {
         let Ok(dir) = journal_dir(&self.dir) else {
             return Ok(None);
         };
@@ -376,15 +386,10 @@ impl Journald {
         };
         let v: serde_json::Value = serde_json::from_str(line)?;
         let message = v["MESSAGE"].as_str().unwrap_or("");
-        let number = message
+        Ok(message
             .split_whitespace()
             .nth(1)
-            .and_then(|n| n.parse::<u64>().ok());
-        let at = v["__REALTIME_TIMESTAMP"]
-            .as_str()
-            .and_then(|t| t.parse::<u64>().ok())
-            .map(|us| std::time::UNIX_EPOCH + Duration::from_micros(us));
-        Ok(number.zip(at))
+            .and_then(|n| n.parse::<u64>().ok()))
     }
 }
 
@@ -395,14 +400,23 @@ impl Running for Journald {
 
     fn stored(&mut self) -> anyhow::Result<u64> {
         // One sender, in order: the last entry's number says how many.
-        Ok(self.last()?.map_or(0, |(n, _)| n + 1))
-    }
-
-    fn last_stored_at(&mut self) -> Option<std::time::SystemTime> {
-        self.last().ok().flatten().map(|(_, at)| at)
+        Ok(self.last()?.map_or(0, |n| n + 1))
     }
 
     fn stop(&mut self) -> anyhow::Result<()> {
+        // unshare ignores SIGTERM while it waits for its child: journald
+        // itself (unshare's child) is told to stop, and unshare follows.
+        let pid = self.child.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        for child in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
+            // SAFETY: kill has no memory effects; the pid is journald's,
+            // whose parent (our child, not yet reaped) keeps it from reuse.
+            unsafe { libc::kill(child, libc::SIGTERM) };
+        }
         sigterm(&mut self.child)
     }
 }
@@ -609,50 +623,42 @@ fn version(peer: Peer, eventd: &Path, root: &Path) -> String {
     }
 }
 
-/// Sends N messages to `running`'s socket and watches its store.
+/// Sends N messages to `running`'s socket and watches its store: the time
+/// is from the first send to the first look that finds all N stored (every
+/// 50 ms, the same way for every peer).
 fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<(u64, f64, f64)> {
     let socket = running.socket();
-    let sender = std::thread::spawn(move || -> anyhow::Result<(Instant, f64)> {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || -> anyhow::Result<f64> {
         let s = UnixDatagram::unbound()?;
         s.connect(&socket)
             .with_context(|| format!("connecting to {}", socket.display()))?;
         let start = Instant::now();
+        let _ = started_tx.send(start);
         for i in 0..n {
             s.send(&message(i))?;
         }
-        Ok((start, start.elapsed().as_secs_f64()))
+        Ok(start.elapsed().as_secs_f64())
     });
-    let wall_start = std::time::SystemTime::now();
-    let started = Instant::now();
     let mut last = (0u64, Instant::now());
-    let stored = loop {
-        std::thread::sleep(Duration::from_millis(100));
+    let (stored, reached) = loop {
+        std::thread::sleep(Duration::from_millis(50));
         let stored = running.stored()?;
         if stored >= n {
-            break stored;
+            break (stored, Instant::now());
         }
         if stored != last.0 {
             last = (stored, Instant::now());
         } else if last.1.elapsed() > QUIET && sender.is_finished() {
             eprintln!("{}: stored nothing new for {QUIET:?}", peer.name());
-            break stored;
+            break (stored, last.1);
         }
     };
-    let done = started.elapsed().as_secs_f64();
-    let (send_start, send_seconds) = sender
+    let send_seconds = sender
         .join()
         .map_err(|_| anyhow::anyhow!("the sender panicked"))??;
-    let offset = send_start.duration_since(started).as_secs_f64();
-    // Journald's own receive time of its last entry is more exact than the
-    // polling (which calls journalctl).
-    let seconds = match running.last_stored_at() {
-        Some(at) if stored >= n => {
-            at.duration_since(wall_start)
-                .map_or(done, |d| d.as_secs_f64())
-                - offset
-        }
-        _ => done - offset,
-    };
+    let start = started_rx.recv().context("the sender did not start")?;
+    let seconds = reached.saturating_duration_since(start).as_secs_f64();
     Ok((stored, seconds.max(1e-6), send_seconds))
 }
 
@@ -665,6 +671,8 @@ pub fn run(
     eventd_binary: &Path,
     eventd_config: Option<&Path>,
 ) -> anyhow::Result<Vec<PeerRun>> {
+    // The daemons get absolute paths (rsyslogd changes to /).
+    let work = &std::fs::canonicalize(work).with_context(|| format!("{}", work.display()))?;
     let eventctl = eventd_binary.with_file_name("eventctl");
     let root = work.join("syslog-ng-root");
     let mut runs = Vec::new();

@@ -119,6 +119,7 @@ fn stats(state: &DaemonState) -> Value {
         "rejected_empty": y.rejected_empty.load(Ordering::Relaxed),
         "rejected_too_large": y.rejected_too_large.load(Ordering::Relaxed),
         "rejected_connections": y.rejected_connections.load(Ordering::Relaxed),
+        "rejected_stopping": y.rejected_stopping.load(Ordering::Relaxed),
         "emit_failures": y.emit_failures.load(Ordering::Relaxed),
         "ring_waits": y.ring_waits.load(Ordering::Relaxed),
         "receive_calls": y.receive_calls.load(Ordering::Relaxed),

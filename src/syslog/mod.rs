@@ -67,6 +67,8 @@ pub struct SyslogStats {
     /// Not even the fields fitted a record (never with the default rings).
     pub rejected_too_large: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// Received while eventd was stopping (the drains are about to stop).
+    pub rejected_stopping: AtomicU64,
     /// The ring refused the event (contended, or lapped mid-write).
     pub emit_failures: AtomicU64,
     /// Times a receiver waited for the drain to make room in its ring.
@@ -118,24 +120,38 @@ pub struct SyslogListener {
     /// Written at stop: wakes the io_uring receiver.
     wake: Option<std::os::fd::OwnedFd>,
     threads: Vec<JoinHandle<()>>,
-    paths: Vec<PathBuf>,
+    paths: Vec<Bound>,
+    /// The stream listener's shared state (its connection threads).
+    stream: Option<Arc<stream::Shared>>,
+    /// A duplicate of the stream listener's descriptor: shut down at stop
+    /// (the accept thread owns the listener itself).
+    stream_fd: Option<std::os::fd::OwnedFd>,
     // Kept open until the threads are joined.
     _datagram: Option<UnixDatagram>,
 }
 
-fn bind_path(path: &Path) -> Result<(), SyslogError> {
-    // The data-directory lock is held: a socket file here is a dead
-    // daemon's. Anything else is not ours to remove.
+/// Makes way for a socket at `path`: a socket file nobody listens on (a
+/// dead daemon's) is removed; a live one (another syslog daemon's `/dev/log`,
+/// say) or anything that is not a socket is left alone, and that is an error.
+fn bind_path(path: &Path, stream: bool) -> Result<(), SyslogError> {
+    let refuse = |why: &str| SyslogError::Socket {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why.to_string()),
+    };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {
-            return Err(SyslogError::Socket {
-                path: path.to_path_buf(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::AlreadyExists,
-                    "exists and is not a socket; not replaced",
-                ),
-            });
+            return Err(refuse("exists and is not a socket; not replaced"));
+        }
+        let live = if stream {
+            std::os::unix::net::UnixStream::connect(path).is_ok()
+        } else {
+            UnixDatagram::unbound()
+                .and_then(|s| s.connect(path))
+                .is_ok()
+        };
+        if live {
+            return Err(refuse("another process listens on it; not replaced"));
         }
         let _ = std::fs::remove_file(path);
     }
@@ -146,6 +162,35 @@ fn bind_path(path: &Path) -> Result<(), SyslogError> {
         })?;
     }
     Ok(())
+}
+
+/// A socket file this listener made: removed at stop only if it is still
+/// the same file.
+struct Bound {
+    path: PathBuf,
+    identity: Option<(u64, u64)>,
+}
+
+impl Bound {
+    fn new(path: &Path) -> Bound {
+        use std::os::unix::fs::MetadataExt;
+        Bound {
+            path: path.to_path_buf(),
+            identity: std::fs::symlink_metadata(path)
+                .ok()
+                .map(|m| (m.dev(), m.ino())),
+        }
+    }
+
+    fn remove(&self) {
+        use std::os::unix::fs::MetadataExt;
+        let now = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if now.is_some() && now == self.identity {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 fn set_int_option(fd: RawFd, name: libc::c_int, value: libc::c_int) -> std::io::Result<()> {
@@ -184,6 +229,8 @@ impl SyslogListener {
             paths: Vec::new(),
             _datagram: None,
             wake: None,
+            stream: None,
+            stream_fd: None,
         };
         let Some(ingest) = Ingest::new(rings, stats.clone(), stop.clone()) else {
             return Ok(listener);
@@ -193,9 +240,9 @@ impl SyslogListener {
                 path: path.clone(),
                 source,
             };
-            bind_path(path)?;
+            bind_path(path, false)?;
             let socket = UnixDatagram::bind(path).map_err(err)?;
-            listener.paths.push(path.clone());
+            listener.paths.push(Bound::new(path));
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
             let fd = socket.as_raw_fd();
             set_int_option(fd, libc::SO_PASSCRED, 1).map_err(err)?;
@@ -246,23 +293,28 @@ impl SyslogListener {
                 path: path.clone(),
                 source,
             };
-            bind_path(path)?;
+            bind_path(path, true)?;
             let socket = UnixListener::bind(path).map_err(err)?;
-            listener.paths.push(path.clone());
+            listener.paths.push(Bound::new(path));
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
-            let fd = socket.as_raw_fd();
+            listener.stream_fd = Some(
+                std::os::fd::AsFd::as_fd(&socket)
+                    .try_clone_to_owned()
+                    .map_err(err)?,
+            );
             let shared = Arc::new(stream::Shared {
                 stats: stats.clone(),
                 stop: stop.clone(),
                 connections: AtomicU64::new(0),
+                threads: std::sync::Mutex::new(Vec::new()),
             });
+            listener.stream = Some(shared.clone());
             let ingest = ingest.clone();
             let thread = std::thread::Builder::new()
                 .name("syslog-accept".into())
                 .spawn(move || stream::accept_loop(socket, ingest, shared))
                 .map_err(SyslogError::Spawn)?;
             tracing::info!(socket = %path.display(), "syslog stream socket listening");
-            listener.fds.push(fd);
             listener.threads.push(thread);
         }
         Ok(listener)
@@ -303,15 +355,28 @@ impl Drop for SyslogListener {
             unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
         }
         for &fd in &self.fds {
-            // Makes blocked receives and accepts return. SAFETY: the sockets
-            // are open (owned by this struct or by threads not yet joined).
+            // SAFETY: the datagram socket is owned by this struct, open
+            // until it is dropped after this.
             unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
+        if let Some(fd) = &self.stream_fd {
+            // Makes the blocked accept return. SAFETY: our own duplicate of
+            // the listener's descriptor, open until this struct is dropped.
+            unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // Connection threads see the stop flag within a read timeout.
+        if let Some(shared) = &self.stream {
+            let threads =
+                std::mem::take(&mut *shared.threads.lock().unwrap_or_else(|p| p.into_inner()));
+            for t in threads {
+                let _ = t.join();
+            }
+        }
         for p in &self.paths {
-            let _ = std::fs::remove_file(p);
+            p.remove();
         }
     }
 }

@@ -239,7 +239,8 @@ fn looks_like_rfc3339(ts: &[u8]) -> bool {
             .iter()
             .take_while(|b| b.is_ascii_digit())
             .count();
-        if frac == 0 || frac > 9 {
+        // RFC 5424 allows up to six digits (microseconds).
+        if frac == 0 || frac > 6 {
             return false;
         }
         at += 1 + frac;

@@ -27,31 +27,48 @@ pub struct Credentials {
     pub gid: u32,
 }
 
-/// `SCM_CREDENTIALS` from a control-message buffer, read field by field
-/// (the buffer came from the kernel, but is parsed as untrusted bytes).
-pub fn credentials(control: &[u8]) -> Option<Credentials> {
+/// The sender's `SCM_CREDENTIALS` from a control-message buffer, read
+/// field by field (the kernel wrote it, but the lengths are checked as if
+/// it were untrusted). Descriptors a sender passed along (`SCM_RIGHTS`: the
+/// socket is open to every local user) are closed here, so nobody can fill
+/// eventd's descriptor table through it.
+pub fn control_messages(control: &[u8]) -> Option<Credentials> {
     // struct cmsghdr { size_t cmsg_len; int cmsg_level; int cmsg_type; }
     let word = std::mem::size_of::<usize>();
     let header = std::mem::size_of::<libc::cmsghdr>();
+    let mut creds = None;
     let mut at = 0usize;
-    while at + header <= control.len() {
+    while at
+        .checked_add(header)
+        .is_some_and(|end| end <= control.len())
+    {
         let bytes = |i: usize, n: usize| control.get(at + i..at + i + n);
         let len = usize::from_ne_bytes(bytes(0, word)?.try_into().ok()?);
         let level = i32::from_ne_bytes(bytes(word, 4)?.try_into().ok()?);
         let kind = i32::from_ne_bytes(bytes(word + 4, 4)?.try_into().ok()?);
-        if len < header || at + len > control.len() {
-            return None;
+        let end = at.checked_add(len)?;
+        if len < header || end > control.len() {
+            return creds;
         }
-        if level == libc::SOL_SOCKET && kind == libc::SCM_CREDENTIALS && len >= header + 12 {
-            let data = &control[at + header..];
-            let pid = i32::from_ne_bytes(data[0..4].try_into().ok()?);
-            let uid = u32::from_ne_bytes(data[4..8].try_into().ok()?);
-            let gid = u32::from_ne_bytes(data[8..12].try_into().ok()?);
-            return Some(Credentials { pid, uid, gid });
+        let data = &control[at + header..end];
+        if level == libc::SOL_SOCKET && kind == libc::SCM_CREDENTIALS && data.len() >= 12 {
+            creds = Some(Credentials {
+                pid: i32::from_ne_bytes(data[0..4].try_into().ok()?),
+                uid: u32::from_ne_bytes(data[4..8].try_into().ok()?),
+                gid: u32::from_ne_bytes(data[8..12].try_into().ok()?),
+            });
         }
-        at += len.div_ceil(word) * word;
+        if level == libc::SOL_SOCKET && kind == libc::SCM_RIGHTS {
+            for fd in data.chunks_exact(4) {
+                let fd = i32::from_ne_bytes(fd.try_into().ok()?);
+                // SAFETY: the kernel installed this descriptor for this
+                // process in this very message; nothing else owns it.
+                unsafe { libc::close(fd) };
+            }
+        }
+        at = end.checked_next_multiple_of(word)?;
     }
-    None
+    creds
 }
 
 /// How a message arrived.
@@ -92,8 +109,8 @@ struct Fields<'a> {
     timestamp: Option<&'a str>,
     #[serde(skip_serializing_if = "Sd::is_empty")]
     sd: Sd<'a, 'a>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    problems: &'a [&'static str],
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     raw_base64: Option<String>,
     /// The message's length before it was cut to fit a ring record.
@@ -196,6 +213,12 @@ impl Ingest {
     ) {
         let s = &self.stats;
         s.received.fetch_add(1, Ordering::Relaxed);
+        if self.stop.load(Ordering::Relaxed) {
+            // The drains are about to stop: a ring written now could
+            // overwrite what they have not read. Counted, not stored.
+            s.rejected_stopping.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         if bytes.iter().all(|b| b.is_ascii_whitespace() || *b == 0) {
             s.rejected_empty.fetch_add(1, Ordering::Relaxed);
             return;
@@ -317,6 +340,11 @@ fn build<'p>(
             .unwrap_or_else(|| parse::facility_name(parsed.facility)),
         255,
     );
+    let mut problems = parsed.problems.clone();
+    let keep_raw = !problems.is_empty() && raw.len() <= max / 2;
+    if !problems.is_empty() && !keep_raw {
+        problems.push("raw bytes not kept (too long)");
+    }
     let mut f = Fields {
         transport: transport.name(),
         format: parsed.format.name(),
@@ -328,10 +356,9 @@ fn build<'p>(
         msgid: parsed.msgid.as_deref(),
         timestamp: parsed.timestamp.as_deref(),
         sd: Sd(&parsed.structured_data),
-        problems: &parsed.problems,
+        problems,
         // What did not parse is kept as it came (if it fits a record).
-        raw_base64: (!parsed.problems.is_empty() && raw.len() <= max / 2)
-            .then(|| base64::engine::general_purpose::STANDARD.encode(raw)),
+        raw_base64: keep_raw.then(|| base64::engine::general_purpose::STANDARD.encode(raw)),
         truncated_from: (received_len > raw.len()).then_some(received_len),
     };
     let fixed = provider.len() + name.len();
@@ -347,6 +374,7 @@ fn build<'p>(
         if f.raw_base64.is_some() {
             // The raw bytes go first: the message says most of it.
             f.raw_base64 = None;
+            f.problems.push("raw bytes not kept (too long)");
             continue;
         }
         if f.truncated_from.is_none() {
@@ -460,7 +488,7 @@ mod tests {
         control[20..24].copy_from_slice(&5u32.to_ne_bytes());
         control[24..28].copy_from_slice(&6u32.to_ne_bytes());
         assert_eq!(
-            credentials(&control),
+            control_messages(&control),
             Some(Credentials {
                 pid: 77,
                 uid: 5,
@@ -469,7 +497,7 @@ mod tests {
         );
         // A hostile length is refused, not followed.
         control[0..8].copy_from_slice(&4096usize.to_ne_bytes());
-        assert_eq!(credentials(&control), None);
-        assert_eq!(credentials(&[]), None);
+        assert_eq!(control_messages(&control), None);
+        assert_eq!(control_messages(&[]), None);
     }
 }

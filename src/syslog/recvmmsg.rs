@@ -2,7 +2,7 @@
 //! datagrams per call, each with its SCM_CREDENTIALS. Used where io_uring
 //! is not available (an old kernel, a seccomp profile) or not wanted.
 
-use super::record::{credentials, Ingest, Transport};
+use super::record::{control_messages, Ingest, Transport};
 use super::SyslogStats;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +50,7 @@ pub fn run(fd: RawFd, wake_fd: RawFd, ingest: &mut Ingest, stats: &SyslogStats, 
                 fd,
                 headers.as_mut_ptr(),
                 BATCH as u32,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC | libc::MSG_CMSG_CLOEXEC,
                 std::ptr::null_mut(),
             )
         };
@@ -89,7 +89,8 @@ pub fn run(fd: RawFd, wake_fd: RawFd, ingest: &mut Ingest, stats: &SyslogStats, 
             // size_t on glibc, socklen_t elsewhere.
             #[allow(clippy::unnecessary_cast)]
             let control_len = (h.msg_hdr.msg_controllen as usize).min(CONTROL_BYTES);
-            let creds = credentials(&control[i * CONTROL_BYTES..i * CONTROL_BYTES + control_len]);
+            let creds =
+                control_messages(&control[i * CONTROL_BYTES..i * CONTROL_BYTES + control_len]);
             ingest.deliver(bytes, len, creds, Transport::Datagram);
         }
     }

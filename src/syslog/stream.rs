@@ -22,11 +22,16 @@ pub const FRAME_BYTES_MAX: usize = 64 << 10;
 pub const CONNECTIONS_MAX: u64 = 256;
 /// How often a blocked read looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(500);
+/// A connection that sends nothing for this long is closed (its slot is
+/// for someone else).
+const IDLE_MAX: Duration = Duration::from_secs(600);
 
 pub(super) struct Shared {
     pub stats: Arc<SyslogStats>,
     pub stop: Arc<AtomicBool>,
     pub connections: AtomicU64,
+    /// Connection threads, joined at stop.
+    pub threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Shared>) {
@@ -54,15 +59,23 @@ pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Sh
                 .fetch_add(1, Ordering::Relaxed);
             continue; // dropping the stream closes it
         }
-        let (ingest, shared) = (ingest.clone(), shared.clone());
+        let (ingest, inner) = (ingest.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
             .name("syslog-stream".into())
             .spawn(move || {
-                serve(stream, ingest, &shared);
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                serve(stream, ingest, &inner);
+                inner.connections.fetch_sub(1, Ordering::AcqRel);
             });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "syslog stream connection dropped: cannot start a thread");
+        let mut threads = shared.threads.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished connections are joined as new ones come: the list stays
+        // as long as the connections open now.
+        threads.retain(|t| !t.is_finished());
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => {
+                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                tracing::error!(error = %e, "syslog stream connection dropped: cannot start a thread");
+            }
         }
     }
 }
@@ -144,7 +157,13 @@ impl<'s, R: Read> Frames<'s, R> {
     /// size) or the stream ends; false if fewer are there.
     fn ensure(&mut self, n: usize) -> std::io::Result<bool> {
         let n = n.min(self.buf.len());
+        let mut idle = Duration::ZERO;
         while self.end - self.start < n && !self.eof {
+            if self.stop.load(Ordering::Relaxed) {
+                // Stopping: what is buffered is handled, nothing more read.
+                self.eof = true;
+                break;
+            }
             if self.end == self.buf.len() {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
@@ -152,7 +171,10 @@ impl<'s, R: Read> Frames<'s, R> {
             }
             match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => self.eof = true,
-                Ok(k) => self.end += k,
+                Ok(k) => {
+                    self.end += k;
+                    idle = Duration::ZERO;
+                }
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -161,7 +183,8 @@ impl<'s, R: Read> Frames<'s, R> {
                             | std::io::ErrorKind::Interrupted
                     ) =>
                 {
-                    if self.stop.load(Ordering::Relaxed) {
+                    idle += STOP_CHECK;
+                    if idle >= IDLE_MAX {
                         self.eof = true;
                     }
                 }
@@ -222,22 +245,35 @@ impl<'s, R: Read> Frames<'s, R> {
     /// consumed. Anything else (say, a line that starts with a year) is
     /// left for newline framing.
     fn octet_count(&mut self) -> std::io::Result<Option<usize>> {
-        // Up to 9 digits, a space and the '<'.
-        self.ensure(11)?;
-        let buf = self.available();
-        let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0
-            || digits > 9
-            || buf.get(digits) != Some(&b' ')
-            || buf.get(digits + 1) != Some(&b'<')
-        {
-            return Ok(None);
+        // Looks only as far as it must: a line that starts with a non-digit
+        // is decided at once (a short line is not held up waiting for more).
+        let mut need = 1;
+        loop {
+            let complete = self.ensure(need)?;
+            let buf = self.available();
+            let digits = buf.iter().take_while(|b| b.is_ascii_digit()).count();
+            if digits == 0 || digits > 9 {
+                return Ok(None);
+            }
+            match (buf.get(digits), buf.get(digits + 1)) {
+                (Some(b' '), Some(b'<')) => {
+                    let len = buf[..digits]
+                        .iter()
+                        .fold(0usize, |v, d| v * 10 + usize::from(d - b'0'));
+                    self.consume(digits + 1);
+                    return Ok(Some(len));
+                }
+                (Some(b' '), None) | (None, _) => {
+                    // Undecided: one more byte is needed, unless the
+                    // stream ended first.
+                    if !complete {
+                        return Ok(None);
+                    }
+                    need = buf.len() + 1;
+                }
+                _ => return Ok(None),
+            }
         }
-        let len = buf[..digits]
-            .iter()
-            .fold(0usize, |v, d| v * 10 + usize::from(d - b'0'));
-        self.consume(digits + 1);
-        Ok(Some(len))
     }
 
     fn read_counted(&mut self, frame: &mut Vec<u8>, len: usize) -> std::io::Result<usize> {

@@ -11,7 +11,7 @@
 //! and the request is made again. Messages wait in the socket meanwhile;
 //! nothing is lost.
 
-use super::record::{credentials, Ingest, Transport};
+use super::record::{control_messages, Ingest, Transport};
 use super::recvmmsg::{CONTROL_BYTES, DATAGRAM_BYTES_MAX};
 use super::SyslogStats;
 use io_uring::{cqueue, opcode, types, IoUring};
@@ -26,6 +26,9 @@ const BUFFER_BYTES: usize = 16 + CONTROL_BYTES + DATAGRAM_BYTES_MAX;
 const RECV: u64 = 1;
 const PROVIDE: u64 = 2;
 const WAKE: u64 = 3;
+const CANCEL: u64 = 4;
+/// Completion rounds waited for a cancelled receive's last completion.
+const CANCEL_WAITS: u32 = 100;
 
 /// Why io_uring cannot be used here.
 #[derive(Debug, thiserror::Error)]
@@ -97,8 +100,10 @@ impl UringReceiver {
 
     fn arm(&mut self, fd: RawFd) -> Result<(), Unavailable> {
         // MSG_TRUNC: the completion reports a cut datagram's real length.
+        // MSG_CMSG_CLOEXEC: descriptors a sender passes (closed at once,
+        // see `control_messages`) never leak into a child process.
         let entry = opcode::RecvMsgMulti::new(types::Fd(fd), &*self.msghdr, GROUP)
-            .flags(libc::MSG_TRUNC as u32)
+            .flags((libc::MSG_TRUNC | libc::MSG_CMSG_CLOEXEC) as u32)
             .build()
             .user_data(RECV);
         self.push(entry)
@@ -134,6 +139,21 @@ impl UringReceiver {
             .user_data(WAKE);
         self.push(wake)?;
         let mut done: Vec<(u64, i32, u32)> = Vec::with_capacity(ENTRIES as usize * 2);
+        let result = self.serve(fd, ingest, stats, stop, &mut done);
+        // Whatever ended the loop, the receive request is cancelled and its
+        // last completion seen before the buffers can be freed.
+        self.cancel(ingest, stats, &mut done);
+        result
+    }
+
+    fn serve(
+        &mut self,
+        fd: RawFd,
+        ingest: &mut Ingest,
+        stats: &SyslogStats,
+        stop: &AtomicBool,
+        done: &mut Vec<(u64, i32, u32)>,
+    ) -> Result<(), Unavailable> {
         loop {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -141,61 +161,24 @@ impl UringReceiver {
                 Err(e) => return Err(Unavailable::Io(e)),
             }
             stats.receive_calls.fetch_add(1, Ordering::Relaxed);
-            done.clear();
-            done.extend(
-                self.ring
-                    .completion()
-                    .map(|c| (c.user_data(), c.result(), c.flags())),
-            );
-            let mut rearm = false;
-            for &(what, result, flags) in &done {
-                if what == WAKE {
-                    if stop.load(Ordering::Relaxed) {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                if what != RECV {
-                    if result < 0 {
-                        return Err(Unavailable::Io(std::io::Error::from_raw_os_error(-result)));
-                    }
-                    continue;
-                }
-                if !cqueue::more(flags) {
-                    rearm = true;
-                }
-                if result < 0 {
-                    if result != -libc::ENOBUFS {
-                        stats.receive_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    continue;
-                }
-                let Some(slot) = cqueue::buffer_select(flags) else {
-                    continue;
-                };
-                if result > 0 {
-                    let start = slot as usize * BUFFER_BYTES;
-                    let used = &self.buffers[start..start + result as usize];
-                    match types::RecvMsgOut::parse(used, &self.msghdr) {
-                        Ok(out) => {
-                            let creds = credentials(out.control_data());
-                            let payload = out.payload_data();
-                            let len = out.incoming_payload_len() as usize;
-                            ingest.deliver(
-                                payload,
-                                len.max(payload.len()),
-                                creds,
-                                Transport::Datagram,
-                            );
-                        }
-                        Err(()) => {
-                            stats.receive_errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                self.provide(slot, 1)?;
+            let outcome = self.complete(ingest, stats, done);
+            // Every completion was handled (stored, or counted as dropped
+            // at stop) before the loop may end.
+            let Completions {
+                woken,
+                ended,
+                failed,
+            } = outcome?;
+            if woken && stop.load(Ordering::Relaxed) {
+                return Ok(());
             }
-            if rearm {
+            if let Some(e) = failed {
+                // A receive that fails without ENOBUFS would fail again at
+                // once (a kernel without multishot recvmsg answers EINVAL):
+                // the caller falls back to recvmmsg.
+                return Err(Unavailable::Io(e));
+            }
+            if ended {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
@@ -203,4 +186,100 @@ impl UringReceiver {
             }
         }
     }
+
+    /// Handles every completion that is ready.
+    fn complete(
+        &mut self,
+        ingest: &mut Ingest,
+        stats: &SyslogStats,
+        done: &mut Vec<(u64, i32, u32)>,
+    ) -> Result<Completions, Unavailable> {
+        done.clear();
+        done.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data(), c.result(), c.flags())),
+        );
+        let mut outcome = Completions::default();
+        for &(what, result, flags) in done.iter() {
+            match what {
+                WAKE => outcome.woken = true,
+                PROVIDE if result < 0 => {
+                    return Err(Unavailable::Io(std::io::Error::from_raw_os_error(-result)));
+                }
+                RECV => {
+                    if !cqueue::more(flags) {
+                        outcome.ended = true;
+                    }
+                    if result < 0 {
+                        if result != -libc::ENOBUFS && result != -libc::ECANCELED {
+                            stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+                            outcome.failed = Some(std::io::Error::from_raw_os_error(-result));
+                        }
+                        continue;
+                    }
+                    let Some(slot) = cqueue::buffer_select(flags) else {
+                        continue;
+                    };
+                    self.deliver(slot, result as usize, ingest, stats);
+                    self.provide(slot, 1)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Stores the message in buffer `slot` (`used` bytes of it).
+    fn deliver(&self, slot: u16, used: usize, ingest: &mut Ingest, stats: &SyslogStats) {
+        let start = slot as usize * BUFFER_BYTES;
+        // The kernel never reports more than the buffer it was given.
+        let used = &self.buffers[start..start + used.min(BUFFER_BYTES)];
+        match types::RecvMsgOut::parse(used, &self.msghdr) {
+            Ok(out) => {
+                let creds = control_messages(out.control_data());
+                let payload = out.payload_data();
+                let len = out.incoming_payload_len() as usize;
+                ingest.deliver(payload, len.max(payload.len()), creds, Transport::Datagram);
+            }
+            Err(()) => {
+                stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Cancels the receive request and waits (boundedly) for its final
+    /// completion, handling what still arrives.
+    fn cancel(
+        &mut self,
+        ingest: &mut Ingest,
+        stats: &SyslogStats,
+        done: &mut Vec<(u64, i32, u32)>,
+    ) {
+        let entry = opcode::AsyncCancel::new(RECV).build().user_data(CANCEL);
+        if self.push(entry).is_err() {
+            return;
+        }
+        for _ in 0..CANCEL_WAITS {
+            if self.ring.submit_and_wait(1).is_err() {
+                return;
+            }
+            match self.complete(ingest, stats, done) {
+                Ok(c) if c.ended => return,
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// What one round of completions said.
+#[derive(Default)]
+struct Completions {
+    /// The stop eventfd fired.
+    woken: bool,
+    /// The multishot receive ended (it must be made again).
+    ended: bool,
+    /// The receive failed for another reason than running out of buffers.
+    failed: Option<std::io::Error>,
 }
