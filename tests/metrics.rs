@@ -12,7 +12,6 @@ use prometheus_parse::{Scrape, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -167,15 +166,7 @@ fn metrics_match_counted_truth_after_a_known_load() {
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         let mut cmd = Command::new(EVENTCTL);
         cmd.arg("--data-dir").arg(&data).args(["query"]);
-        // SAFETY: setgid/setuid in the child before exec only.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        as_nobody(&mut cmd);
         let out = cmd.output().unwrap();
         assert!(String::from_utf8_lossy(&out.stderr).contains("denied"));
     }

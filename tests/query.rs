@@ -5,13 +5,12 @@
 use rusqlite::Connection;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{wait_for_events, Eventd, EVENTCTL};
+use common::{as_nobody, wait_for_events, Eventd, EVENTCTL};
 
 fn eventctl(data: &Path) -> Command {
     let mut c = Command::new(EVENTCTL);
@@ -466,15 +465,7 @@ fn access_limits_malformed_requests_and_follow() {
         std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
         let mut cmd = eventctl(&data);
         cmd.args(["query", "--limit", "1"]);
-        // SAFETY: setgid/setuid in the child before exec only.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        as_nobody(&mut cmd);
         let out = cmd.output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{err}");

@@ -326,7 +326,9 @@ fn send_with_fd(socket: &Path, message: &[u8], fd: i32) {
 }
 
 fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 #[test]
@@ -343,11 +345,18 @@ fn descriptors_passed_with_messages_are_closed_not_kept() {
         let file = std::fs::File::open("/dev/null").unwrap();
         use std::os::fd::AsRawFd;
         for i in 0..200 {
-            send_with_fd(&socket, format!("<13>fdtest: {i}").as_bytes(), file.as_raw_fd());
+            send_with_fd(
+                &socket,
+                format!("<13>fdtest: {i}").as_bytes(),
+                file.as_raw_fd(),
+            );
         }
         wait_for_events(&data, 201);
         let after = open_fds(eventd.child.id());
-        assert!(after <= before + 2, "{receive}: {before} descriptors before, {after} after");
+        assert!(
+            after <= before + 2,
+            "{receive}: {before} descriptors before, {after} after"
+        );
         eventd.stop();
     }
 }

@@ -63,6 +63,25 @@ pub struct Parsed<'a> {
     pub problems: Vec<&'static str>,
 }
 
+impl Parsed<'_> {
+    /// Nothing read yet (facility and severity are set by [`parse`]).
+    fn empty(format: Format) -> Self {
+        Parsed {
+            format,
+            facility: 0,
+            severity: 0,
+            timestamp: None,
+            hostname: None,
+            app_name: None,
+            procid: None,
+            msgid: None,
+            structured_data: Vec::new(),
+            message: Cow::Borrowed(""),
+            problems: Vec::new(),
+        }
+    }
+}
+
 const MONTHS: [&[u8]; 12] = [
     b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
 ];
@@ -143,19 +162,7 @@ fn field(input: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// RFC 5424 after `<PRI>1 `.
 fn rfc5424<'a>(input: &'a [u8], problems: &mut Vec<&'static str>) -> Parsed<'a> {
-    let mut parsed = Parsed {
-        format: Format::Rfc5424,
-        facility: 0,
-        severity: 0,
-        timestamp: None,
-        hostname: None,
-        app_name: None,
-        procid: None,
-        msgid: None,
-        structured_data: Vec::new(),
-        message: Cow::Borrowed(""),
-        problems: Vec::new(),
-    };
+    let mut parsed = Parsed::empty(Format::Rfc5424);
     let mut rest = input;
     let mut header: [Option<Cow<'a, str>>; 5] = Default::default();
     // TIMESTAMP HOSTNAME APP-NAME PROCID MSGID, each "-" when absent.
@@ -326,19 +333,7 @@ fn quoted(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
 /// RFC 3164 after `<PRI>`: `[TIMESTAMP ][HOSTNAME ]TAG[PID]: MSG`, where
 /// the local form (what `/dev/log` gets) has no hostname.
 fn rfc3164<'a>(input: &'a [u8], problems: &mut Vec<&'static str>) -> Parsed<'a> {
-    let mut parsed = Parsed {
-        format: Format::Rfc3164,
-        facility: 0,
-        severity: 0,
-        timestamp: None,
-        hostname: None,
-        app_name: None,
-        procid: None,
-        msgid: None,
-        structured_data: Vec::new(),
-        message: Cow::Borrowed(""),
-        problems: Vec::new(),
-    };
+    let mut parsed = Parsed::empty(Format::Rfc3164);
     let mut rest = input;
     if let Some(after) = bsd_timestamp(rest) {
         parsed.timestamp = Some(text(&rest[..15], problems));

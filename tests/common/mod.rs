@@ -234,3 +234,18 @@ pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Makes `cmd` run as uid and gid 65534 (nobody): a peer the query server
+/// must refuse. Only root can switch; callers check `geteuid() == 0`.
+pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setgid/setuid in the child before exec only.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
