@@ -43,11 +43,15 @@ pub enum Unavailable {
 
 /// The receiver, set up (ring created, operations probed, buffers given).
 pub struct UringReceiver {
-    // Field order: the ring is dropped (its requests cancelled) before the
-    // memory they point into.
+    // `run` cancels the receive and waits for its last completion before it
+    // returns; should that not be confirmed, the buffers are leaked rather
+    // than freed under a request the kernel may still complete. (Field
+    // order also drops the ring first.)
     ring: IoUring,
     msghdr: Box<libc::msghdr>,
     buffers: Vec<u8>,
+    /// A multishot receive is in flight (armed, no final completion yet).
+    armed: bool,
 }
 
 // SAFETY: the only non-Send part is the msghdr template's raw pointers,
@@ -58,7 +62,9 @@ unsafe impl Send for UringReceiver {}
 
 impl UringReceiver {
     /// Sets io_uring up, or says why it cannot be (EPERM or ENOSYS from a
-    /// seccomp profile, a kernel before 6.0).
+    /// seccomp profile, missing operations). A kernel that has the
+    /// operations but not their multishot form (before 6.0) fails the first
+    /// receive instead, and `run` returns the error.
     pub fn new() -> Result<Self, Unavailable> {
         let ring = IoUring::new(ENTRIES).map_err(Unavailable::Setup)?;
         let mut probe = io_uring::Probe::new();
@@ -81,6 +87,7 @@ impl UringReceiver {
             ring,
             msghdr,
             buffers: vec![0u8; BUFFERS as usize * BUFFER_BYTES],
+            armed: false,
         })
     }
 
@@ -106,7 +113,9 @@ impl UringReceiver {
             .flags((libc::MSG_TRUNC | libc::MSG_CMSG_CLOEXEC) as u32)
             .build()
             .user_data(RECV);
-        self.push(entry)
+        self.push(entry)?;
+        self.armed = true;
+        Ok(())
     }
 
     fn push(&mut self, entry: io_uring::squeue::Entry) -> Result<(), Unavailable> {
@@ -142,7 +151,10 @@ impl UringReceiver {
         let result = self.serve(fd, ingest, stats, stop, &mut done);
         // Whatever ended the loop, the receive request is cancelled and its
         // last completion seen before the buffers can be freed.
-        self.cancel(ingest, stats, &mut done);
+        if !self.cancel(ingest, stats, &mut done) {
+            tracing::warn!("the io_uring receive did not confirm its cancellation; its buffers are left allocated");
+            std::mem::forget(std::mem::take(&mut self.buffers));
+        }
         result
     }
 
@@ -210,6 +222,7 @@ impl UringReceiver {
                 RECV => {
                     if !cqueue::more(flags) {
                         outcome.ended = true;
+                        self.armed = false;
                     }
                     if result < 0 {
                         if result != -libc::ENOBUFS && result != -libc::ECANCELED {
@@ -249,27 +262,35 @@ impl UringReceiver {
     }
 
     /// Cancels the receive request and waits (boundedly) for its final
-    /// completion, handling what still arrives.
+    /// completion, handling what still arrives. True once the kernel has
+    /// said the request is over.
     fn cancel(
         &mut self,
         ingest: &mut Ingest,
         stats: &SyslogStats,
         done: &mut Vec<(u64, i32, u32)>,
-    ) {
+    ) -> bool {
+        if !self.armed {
+            return true;
+        }
         let entry = opcode::AsyncCancel::new(RECV).build().user_data(CANCEL);
         if self.push(entry).is_err() {
-            return;
+            return false;
         }
         for _ in 0..CANCEL_WAITS {
             if self.ring.submit_and_wait(1).is_err() {
-                return;
+                return false;
             }
-            match self.complete(ingest, stats, done) {
-                Ok(c) if c.ended => return,
-                Ok(_) => {}
-                Err(_) => return,
+            if self.complete(ingest, stats, done).is_err() {
+                return false;
+            }
+            // The receive's final completion was seen (here or before the
+            // cancellation reached it).
+            if !self.armed {
+                return true;
             }
         }
+        false
     }
 }
 
