@@ -1,0 +1,16 @@
+//! storh: embedded storage in plain files.
+//!
+//! - [`docstore`]: one JSONC file per record, in 256 buckets chosen by the
+//!   record id's random characters, with atomic durable writes and an O(1)
+//!   open guarded by an OS lock and a clean/dirty state.
+//! - [`id`]: UUIDv7 ids whose bucket characters are random, ordered within
+//!   a process.
+//!
+//! The segmented log, the queue, secondary indexes, `stream()`, `verify()`,
+//! `reindex()` and the CLI are not built yet.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod docstore;
+pub mod id;
