@@ -60,6 +60,19 @@ pub struct Collection {
     dir: PathBuf,
     lock: File,
     recovery: Recovery,
+    /// Every record id, in order: loaded on the first `stream` from the
+    /// id journal (`ids.log`), or rebuilt from the files after a crash.
+    ids: Option<std::collections::BTreeSet<Id>>,
+    /// Appends to `ids.log` (`+id` for a new record, `-id` for a deleted
+    /// one).
+    journal: Option<File>,
+}
+
+/// One problem `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub path: PathBuf,
+    pub reason: String,
 }
 
 const TEMP_SUFFIX: &str = ".tmp";
@@ -108,10 +121,18 @@ impl Collection {
             recovery.temp_files_removed = remove_temp_files(&dir.join("data"))?;
         }
         write_durably(&state_path, b"dirty\n")?;
+        if crashed {
+            // The journal may lack the last write or name a record whose
+            // file never landed: it is rebuilt from the files when first
+            // needed (opening stays O(1)).
+            let _ = std::fs::remove_file(dir.join("ids.log"));
+        }
         Ok(Collection {
             dir,
             lock,
             recovery,
+            ids: None,
+            journal: None,
         })
     }
 
@@ -148,7 +169,12 @@ impl Collection {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        write_durably(&path, &text)
+        let existed = path.exists();
+        write_durably(&path, &text)?;
+        if !existed {
+            self.journal_append('+', id)?;
+        }
+        Ok(())
     }
 
     /// The record `id`, if it exists. Comments in the file are accepted.
@@ -167,11 +193,155 @@ impl Collection {
         match std::fs::remove_file(&path) {
             Ok(()) => {
                 sync_dir(path.parent().unwrap_or(&self.dir))?;
+                self.journal_append('-', id)?;
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io(&path)(e)),
         }
+    }
+
+    fn journal_append(&mut self, op: char, id: &str) -> Result<()> {
+        if let Some(ids) = &mut self.ids {
+            if op == '+' {
+                ids.insert(id.to_string());
+            } else {
+                ids.remove(id);
+            }
+        }
+        let path = self.dir.join("ids.log");
+        if self.journal.is_none() {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(io(&path))?;
+            self.journal = Some(file);
+        }
+        if let Some(j) = &mut self.journal {
+            // Not fsynced: after a crash the journal is rebuilt anyway.
+            writeln!(j, "{op}{id}").map_err(io(&path))?;
+        }
+        Ok(())
+    }
+
+    /// The id index: from the journal, or (missing after a crash, or
+    /// never written) from a walk of the buckets, which then rewrites it.
+    fn ids(&mut self) -> Result<&std::collections::BTreeSet<Id>> {
+        if self.ids.is_none() {
+            let path = self.dir.join("ids.log");
+            let ids = match std::fs::read_to_string(&path) {
+                Ok(text) => {
+                    let mut ids = std::collections::BTreeSet::new();
+                    for line in text.lines() {
+                        match line.split_at_checked(1) {
+                            Some(("+", id)) if id::is_canonical(id) => {
+                                ids.insert(id.to_string());
+                            }
+                            Some(("-", id)) => {
+                                ids.remove(id);
+                            }
+                            _ => {}
+                        }
+                    }
+                    ids
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.rebuild_journal()?,
+                Err(e) => return Err(io(&path)(e)),
+            };
+            self.ids = Some(ids);
+        }
+        Ok(self.ids.get_or_insert_with(Default::default))
+    }
+
+    /// Walks every bucket and writes the id journal afresh.
+    fn rebuild_journal(&mut self) -> Result<std::collections::BTreeSet<Id>> {
+        let mut ids = std::collections::BTreeSet::new();
+        walk(&self.dir.join("data"), |_path, name, _bucket| {
+            if let Some(id) = name.strip_suffix(".jsonc") {
+                if id::bucket(id).is_some() {
+                    ids.insert(id.to_string());
+                }
+            }
+        })?;
+        let text: String = ids.iter().map(|id| format!("+{id}\n")).collect();
+        write_durably(&self.dir.join("ids.log"), text.as_bytes())?;
+        self.journal = None;
+        Ok(ids)
+    }
+
+    /// Up to `limit` records in id order, after `after` (a cursor: the last
+    /// id of the previous page; `None` for the first page). Pages are
+    /// served from the id index, never by walking the buckets.
+    pub fn stream(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<(Id, Value)>> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) => Bound::Excluded(a.to_string()),
+            None => Bound::Unbounded,
+        };
+        let page: Vec<Id> = self
+            .ids()?
+            .range((start, Bound::Unbounded))
+            .take(limit)
+            .cloned()
+            .collect();
+        let mut out = Vec::with_capacity(page.len());
+        for id in page {
+            if let Some(v) = self.get(&id)? {
+                out.push((id, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rebuilds the id index from the files (a walk of every bucket).
+    pub fn reindex(&mut self) -> Result<u64> {
+        let ids = self.rebuild_journal()?;
+        let n = ids.len() as u64;
+        self.ids = Some(ids);
+        Ok(n)
+    }
+
+    /// Checks every file: a record must be valid JSONC, named `<id>.jsonc`
+    /// with a canonical id, in the bucket its id names. Returns what is
+    /// wrong, with the path and the reason; `ok` counts the good records.
+    pub fn verify(&self) -> Result<(u64, Vec<Finding>)> {
+        let mut ok = 0;
+        let mut findings = Vec::new();
+        walk(&self.dir.join("data"), |path, name, bucket| {
+            let finding = |reason: String| Finding {
+                path: path.to_path_buf(),
+                reason,
+            };
+            if name.ends_with(TEMP_SUFFIX) {
+                findings.push(finding(
+                    "temporary file left by an interrupted write".into(),
+                ));
+                return;
+            }
+            let Some(id) = name.strip_suffix(".jsonc") else {
+                findings.push(finding("not a .jsonc record file".into()));
+                return;
+            };
+            let Some(right) = id::bucket(id) else {
+                findings.push(finding(format!("{id:?} is not a canonical UUID")));
+                return;
+            };
+            if right != bucket {
+                findings.push(finding(format!(
+                    "in bucket {bucket}, but its id belongs in {right}"
+                )));
+                return;
+            }
+            match std::fs::read(path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse_jsonc(path, &b).map_err(|e| e.to_string()))
+            {
+                Ok(_) => ok += 1,
+                Err(e) => findings.push(finding(format!("invalid JSONC: {e}"))),
+            }
+        })?;
+        Ok((ok, findings))
     }
 
     /// Marks the collection clean and releases the lock.
@@ -210,6 +380,30 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
 
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Calls `each(path, file name, bucket name)` for every file in every
+/// bucket of `data`.
+fn walk(data: &Path, mut each: impl FnMut(&Path, &str, &str)) -> Result<()> {
+    for bucket in std::fs::read_dir(data).map_err(io(data))? {
+        let bucket = bucket.map_err(io(data))?.path();
+        if !bucket.is_dir() {
+            continue;
+        }
+        let bucket_name = bucket
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for entry in std::fs::read_dir(&bucket).map_err(io(&bucket))? {
+            let path = entry.map_err(io(&bucket))?.path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            each(&path, &name, &bucket_name);
+        }
+    }
+    Ok(())
 }
 
 /// Removes `*.tmp` files in every bucket of `data`; returns how many.
@@ -292,6 +486,76 @@ mod tests {
         first.close().unwrap();
         let again = Collection::open(dir.path()).unwrap();
         assert_eq!(again.recovery(), Recovery::default(), "a clean close");
+    }
+
+    #[test]
+    fn stream_pages_cross_buckets_as_one_ordered_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        let mut ids: Vec<Id> = (0..500)
+            .map(|i| c.insert(&json!({ "i": i })).unwrap())
+            .collect();
+        // An id from elsewhere (older) and a deleted one.
+        let foreign = "00000000-0000-7000-8000-000000000001".to_string();
+        c.put(&foreign, &json!({"i": -1})).unwrap();
+        ids.insert(0, foreign);
+        let gone = ids.remove(250);
+        assert!(c.delete(&gone).unwrap());
+        let buckets: std::collections::BTreeSet<&str> = ids.iter().map(|i| &i[24..26]).collect();
+        assert!(buckets.len() > 100, "the records span many buckets");
+        let mut seen = Vec::new();
+        let mut cursor: Option<Id> = None;
+        loop {
+            let page = c.stream(cursor.as_deref(), 37).unwrap();
+            if page.is_empty() {
+                break;
+            }
+            cursor = Some(page.last().unwrap().0.clone());
+            seen.extend(page.into_iter().map(|(id, _)| id));
+        }
+        assert_eq!(seen, ids, "every record once, in id order");
+        // The index survives a clean close and comes back from the journal.
+        c.close().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        let first = c.stream(None, 3).unwrap();
+        assert_eq!(first[0].1["i"], -1);
+        assert_eq!(c.reindex().unwrap(), ids.len() as u64);
+    }
+
+    #[test]
+    fn verify_names_bad_files_with_their_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        let good = c.insert(&json!({"ok": true})).unwrap();
+        let data = dir.path().join("data");
+        let wrong_bucket = data
+            .join("00")
+            .join("018bcfe5-6800-7000-8000-2d5dba6274da.jsonc");
+        std::fs::create_dir_all(wrong_bucket.parent().unwrap()).unwrap();
+        std::fs::write(&wrong_bucket, "{}").unwrap();
+        let bad_json = data
+            .join(&good[24..26])
+            .join("018bcfe5-6800-7000-8000-".to_string() + &good[24..26] + "0000000000.jsonc");
+        std::fs::write(&bad_json, "{ nope").unwrap();
+        let bad_name = data.join("ab").join("notes.txt");
+        std::fs::create_dir_all(bad_name.parent().unwrap()).unwrap();
+        std::fs::write(&bad_name, "x").unwrap();
+        let (ok, findings) = c.verify().unwrap();
+        assert_eq!(ok, 1);
+        let reason = |p: &Path| {
+            findings
+                .iter()
+                .find(|f| f.path == p)
+                .map(|f| f.reason.clone())
+                .unwrap_or_default()
+        };
+        assert!(
+            reason(&wrong_bucket).contains("belongs in 2d"),
+            "{findings:?}"
+        );
+        assert!(reason(&bad_json).contains("invalid JSONC"), "{findings:?}");
+        assert!(reason(&bad_name).contains("not a .jsonc"), "{findings:?}");
+        assert_eq!(findings.len(), 3);
     }
 
     #[test]

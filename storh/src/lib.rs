@@ -6,8 +6,10 @@
 //! - [`id`]: UUIDv7 ids whose bucket characters are random, ordered within
 //!   a process.
 //!
-//! The segmented log, the queue, secondary indexes, `stream()`, `verify()`,
-//! `reindex()` and the CLI are not built yet.
+//! The DocStore has `insert`/`put`/`get`/`delete`, `stream()` pages in id
+//! order from an id index (a journal, rebuilt from the files after a
+//! crash), `verify()` and `reindex()`. Not built yet: secondary indexes,
+//! the segmented log, the queue, the CLI and the benches.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

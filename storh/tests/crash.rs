@@ -54,7 +54,7 @@ fn sigkill_mid_write_leaves_no_torn_record_and_no_temp_file() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         orphans_seen += files(dir.path()).1;
-        let c = Collection::open(dir.path()).unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
         let r = c.recovery();
         assert!(r.crashed, "round {round}: the crash is noticed");
         let (records, temps) = files(dir.path());
@@ -69,6 +69,9 @@ fn sigkill_mid_write_leaves_no_torn_record_and_no_temp_file() {
                 p.display()
             );
         }
+        // The id index is rebuilt from the files: every record, no ghost.
+        let listed = c.stream(None, usize::MAX).unwrap();
+        assert_eq!(listed.len(), records.len(), "round {round}");
         c.close().unwrap();
     }
     // Most kills land inside a write (256 KiB each): at least one round
