@@ -3,16 +3,20 @@
 //! - [`docstore`]: one JSONC file per record, in 256 buckets chosen by the
 //!   record id's random characters, with atomic durable writes and an O(1)
 //!   open guarded by an OS lock and a clean/dirty state.
+//! - [`log`]: a segmented log (segment files of at most 1 MiB, reads by
+//!   offset, CRC32 per record, torn tails cut on open).
 //! - [`id`]: UUIDv7 ids whose bucket characters are random, ordered within
 //!   a process.
 //!
 //! The DocStore has `insert`/`put`/`get`/`delete`, `stream()` pages in id
 //! order from an id index (a journal, rebuilt from the files after a
 //! crash), `verify()` and `reindex()`. Not built yet: secondary indexes,
-//! the segmented log, the queue, the CLI and the benches.
+//! the queue, the CLI and the benches.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod docstore;
 pub mod id;
+pub mod log;
+pub mod record;
