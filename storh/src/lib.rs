@@ -5,13 +5,15 @@
 //!   open guarded by an OS lock and a clean/dirty state.
 //! - [`log`]: a segmented log (segment files of at most 1 MiB, reads by
 //!   offset, CRC32 per record, torn tails cut on open).
+//! - [`queue`]: events in one `queue.log`, named consumers that read and
+//!   acknowledge, positions that survive a restart.
 //! - [`id`]: UUIDv7 ids whose bucket characters are random, ordered within
 //!   a process.
 //!
 //! The DocStore has `insert`/`put`/`get`/`delete`, `stream()` pages in id
 //! order from an id index (a journal, rebuilt from the files after a
 //! crash), `verify()` and `reindex()`. Not built yet: secondary indexes,
-//! the queue, the CLI and the benches.
+//! the CLI and the benches.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -19,4 +21,5 @@
 pub mod docstore;
 pub mod id;
 pub mod log;
+pub mod queue;
 pub mod record;

@@ -44,13 +44,28 @@ fn files(dir: &Path) -> (Vec<std::path::PathBuf>, usize) {
 fn sigkill_mid_write_leaves_no_torn_record_and_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let mut orphans_seen = 0;
-    for round in 0..5 {
+    for round in 0..8 {
+        let before = if dir.path().join("data").exists() {
+            files(dir.path()).0.len()
+        } else {
+            0
+        };
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
             .env(CHILD, dir.path())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(150 + 37 * round));
+        // Once it is writing, kill it at some point of a write (each one
+        // is mostly its fsync).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !dir.path().join("data").exists() || files(dir.path()).0.len() <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never wrote"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(7 * round));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         orphans_seen += files(dir.path()).1;
