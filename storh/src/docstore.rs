@@ -66,6 +66,10 @@ pub struct Collection {
     /// Appends to `ids.log` (`+id` for a new record, `-id` for a deleted
     /// one).
     journal: Option<File>,
+    /// `ids.log` holds every record: false after a crash (or when it is
+    /// missing), until it is rebuilt from the files. Appends to an
+    /// incomplete journal would make it look whole, so none are made.
+    journal_complete: bool,
 }
 
 /// One problem `verify` found.
@@ -121,18 +125,27 @@ impl Collection {
             recovery.temp_files_removed = remove_temp_files(&dir.join("data"))?;
         }
         write_durably(&state_path, b"dirty\n")?;
+        let journal_path = dir.join("ids.log");
         if crashed {
             // The journal may lack the last write or name a record whose
             // file never landed: it is rebuilt from the files when first
             // needed (opening stays O(1)).
-            let _ = std::fs::remove_file(dir.join("ids.log"));
+            let _ = std::fs::remove_file(&journal_path);
         }
+        let fresh = std::fs::read_dir(dir.join("data"))
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false);
+        if fresh && !journal_path.exists() {
+            write_durably(&journal_path, b"")?;
+        }
+        let journal_complete = journal_path.exists();
         Ok(Collection {
             dir,
             lock,
             recovery,
             ids: None,
             journal: None,
+            journal_complete,
         })
     }
 
@@ -209,6 +222,11 @@ impl Collection {
                 ids.remove(id);
             }
         }
+        if !self.journal_complete {
+            // Rebuilt from the files (which this write already reached)
+            // when first needed.
+            return Ok(());
+        }
         let path = self.dir.join("ids.log");
         if self.journal.is_none() {
             let file = OpenOptions::new()
@@ -228,6 +246,10 @@ impl Collection {
     /// The id index: from the journal, or (missing after a crash, or
     /// never written) from a walk of the buckets, which then rewrites it.
     fn ids(&mut self) -> Result<&std::collections::BTreeSet<Id>> {
+        if self.ids.is_none() && !self.journal_complete {
+            let ids = self.rebuild_journal()?;
+            self.ids = Some(ids);
+        }
         if self.ids.is_none() {
             let path = self.dir.join("ids.log");
             let ids = match std::fs::read_to_string(&path) {
@@ -267,6 +289,7 @@ impl Collection {
         let text: String = ids.iter().map(|id| format!("+{id}\n")).collect();
         write_durably(&self.dir.join("ids.log"), text.as_bytes())?;
         self.journal = None;
+        self.journal_complete = true;
         Ok(ids)
     }
 
@@ -580,6 +603,20 @@ mod tests {
             }
         );
         assert!(!orphan.exists());
+        // A record written before the crash and one after it are both
+        // listed (the journal is rebuilt, not continued).
+        let mut c = c;
+        let before = c.insert(&json!({"n": 1})).unwrap();
+        drop(c); // another crash
+        let mut c = Collection::open(dir.path()).unwrap();
+        let after = c.insert(&json!({"n": 2})).unwrap();
+        let listed: Vec<Id> = c
+            .stream(None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(listed, vec![before, after]);
         c.close().unwrap();
     }
 }
