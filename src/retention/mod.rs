@@ -30,7 +30,7 @@ use crate::store::control::{self, CallError, Reply, Request, WriterControl};
 use crate::store::trim::{ShardUsage, Trimmed};
 use crate::store::{self, Handoff};
 use rusqlite::Connection;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -255,7 +255,7 @@ impl RetentionCoordinator {
                 }),
             Writer::Historical(conn) => {
                 if conn.is_none() {
-                    match open_historical(&shard.path) {
+                    match store::open_historical(&shard.path) {
                         Ok(c) => *conn = Some(c),
                         Err(e) => {
                             let e = e.to_string();
@@ -464,38 +464,4 @@ impl RetentionCoordinator {
             }
         }
     }
-}
-
-/// Opens a historical shard for retention: read-write, never created, and
-/// refused if a newer eventd wrote it. Its schema is not migrated: the
-/// statements retention runs work on every version.
-fn open_historical(path: &Path) -> Result<Connection, store::StoreError> {
-    store::configure_sqlite();
-    let err = |source| store::StoreError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err)?;
-    let found: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(err)?;
-    if found < 1 {
-        return Err(store::StoreError::NotAShard {
-            path: path.to_path_buf(),
-        });
-    }
-    if found > store::schema::SCHEMA_VERSION {
-        return Err(store::StoreError::NewerSchema {
-            path: path.to_path_buf(),
-            found,
-            supported: store::schema::SCHEMA_VERSION,
-        });
-    }
-    conn.pragma_update(None, "busy_timeout", 5000)
-        .map_err(err)?;
-    Ok(conn)
 }

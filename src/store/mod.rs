@@ -120,16 +120,7 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
     .map_err(err)?;
     // The version is checked before anything is changed (even the journal
     // mode), so a database from a newer eventd stays byte for byte as it was.
-    let found: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(err)?;
-    if found > schema::SCHEMA_VERSION {
-        return Err(StoreError::NewerSchema {
-            path: path.to_path_buf(),
-            found,
-            supported: schema::SCHEMA_VERSION,
-        });
-    }
+    let found = schema_version(&conn, path)?;
     if found == 0 {
         // A new file (or one eventd never migrated): retention can give
         // deleted pages back to the filesystem only if this is set before
@@ -147,6 +138,50 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
             supported: schema::SCHEMA_VERSION,
         }),
     }
+}
+
+/// The database's `user_version`, refused if a newer eventd wrote it.
+fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if found > schema::SCHEMA_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+/// Opens an existing shard database that has no writer (a historical
+/// shard) for the retention coordinator, which becomes its only writer:
+/// read-write, never created, refused if a newer eventd wrote it or eventd
+/// never did. Its schema is not migrated: the statements retention runs
+/// work on every version.
+pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
+    configure_sqlite();
+    let err = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    if schema_version(&conn, path)? < 1 {
+        return Err(StoreError::NotAShard {
+            path: path.to_path_buf(),
+        });
+    }
+    conn.pragma_update(None, "busy_timeout", 5000)
+        .map_err(err)?;
+    Ok(conn)
 }
 
 #[cfg(test)]
