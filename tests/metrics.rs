@@ -12,7 +12,6 @@ use prometheus_parse::{Scrape, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn scrape_http(port: u16) -> String {
@@ -22,21 +21,6 @@ fn scrape_http(port: u16) -> String {
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.0 200"), "{out}");
     out.split_once("\r\n\r\n").unwrap().1.to_string()
-}
-
-fn scrape_eventctl(data: &Path) -> String {
-    let out = Command::new(EVENTCTL)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["stats", "--prometheus"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// name → (label value of `label`, or "" → value), for counters and gauges;
@@ -179,7 +163,10 @@ fn metrics_match_counted_truth_after_a_known_load() {
         c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as f64
     };
 
-    for text in [scrape_http(port), scrape_eventctl(&data)] {
+    for text in [
+        scrape_http(port),
+        eventctl_text(&data, &["stats", "--prometheus"]),
+    ] {
         let by_cpu = parse(&text, "cpu");
         for (cpu, n) in &per_cpu {
             let cpu = cpu.to_string();

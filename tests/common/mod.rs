@@ -212,11 +212,12 @@ pub fn wait_for_events(data: &Path, n: u64) {
     }
 }
 
-pub fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
+/// What `eventctl --data-dir DATA ARGS...` printed; it must succeed.
+pub fn eventctl_text(data: &Path, args: &[&str]) -> String {
     let out = Command::new(EVENTCTL)
         .arg("--data-dir")
         .arg(data)
-        .arg(cmd)
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -224,7 +225,11 @@ pub fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    String::from_utf8(out.stdout).unwrap()
+}
+
+pub fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
+    serde_json::from_str(&eventctl_text(data, &[cmd])).unwrap()
 }
 
 pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
