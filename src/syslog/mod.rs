@@ -143,15 +143,25 @@ fn bind_path(path: &Path, stream: bool) -> Result<(), SyslogError> {
         if !meta.file_type().is_socket() {
             return Err(refuse("exists and is not a socket; not replaced"));
         }
-        let live = if stream {
-            std::os::unix::net::UnixStream::connect(path).is_ok()
-        } else {
-            UnixDatagram::unbound()
-                .and_then(|s| s.connect(path))
-                .is_ok()
+        let live = || {
+            if stream {
+                std::os::unix::net::UnixStream::connect(path).is_ok()
+            } else {
+                UnixDatagram::unbound()
+                    .and_then(|s| s.connect(path))
+                    .is_ok()
+            }
         };
-        if live {
-            return Err(refuse("another process listens on it; not replaced"));
+        // A daemon killed a moment ago can still answer: its io_uring is
+        // torn down after the process, holding the socket until then. Only
+        // a socket that stays live is someone else's.
+        let mut checks = 0;
+        while live() {
+            checks += 1;
+            if checks >= LIVE_CHECKS {
+                return Err(refuse("another process listens on it; not replaced"));
+            }
+            std::thread::sleep(LIVE_CHECK_PAUSE);
         }
         let _ = std::fs::remove_file(path);
     }
@@ -210,6 +220,11 @@ fn set_int_option(fd: RawFd, name: libc::c_int, value: libc::c_int) -> std::io::
         Err(std::io::Error::last_os_error())
     }
 }
+
+/// How often, and how far apart, a socket found at the configured path is
+/// checked before it is taken for another process's (2 s in all).
+const LIVE_CHECKS: u32 = 20;
+const LIVE_CHECK_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Socket receive buffer asked for: bursts wait in the kernel, not lost.
 const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
