@@ -22,8 +22,10 @@
 //!   the gap is exact.
 //! - **Abandoned**: a record reserved and not committed within
 //!   [`STALL_BOUND_MS`] (its producer died). The reader marks it abandoned so a
-//!   producer that was only slow cannot commit it later, and steps over it; if
-//!   even its length was never written, the rest of the page is skipped once
+//!   producer that was only slow cannot commit it later, and steps over it. If
+//!   even its length was never written, the reader finds the next record by
+//!   its state word (the only one naming the next sequence) and loses just
+//!   the dead one; with no such record, the rest of the page is skipped once
 //!   the page is sealed (its successor's first sequence gives the count).
 //! - **Corrupt**: a record whose header or checksum is wrong.
 //!
@@ -431,11 +433,19 @@ impl RingReader {
         let state = RecordState::unpack(state_word);
         if state.seq_low != self.next_seq() & SEQ_LOW_MASK {
             // Reserved but not yet stamped, its producer died before
-            // stamping it, or scribbled: wait, then give up on the page.
-            if self.stalled_out() {
-                return self.skip_rest_of_page(limit, sealed, LossReason::Abandoned);
+            // stamping it, or scribbled: wait, then look for the record
+            // after it, and give up on the page only if there is none.
+            if !self.stalled_out() {
+                return Step::Idle;
             }
-            return Step::Idle;
+            if self.index + 1 < limit {
+                if let Some(next) = self.find_following_record() {
+                    let gap = self.gap(1, LossReason::Abandoned);
+                    self.advance(next - self.offset);
+                    return Step::Gap(gap);
+                }
+            }
+            return self.skip_rest_of_page(limit, sealed, LossReason::Abandoned);
         }
         let words = state.words;
         if (words as usize) < RECORD_HEADER_WORDS || self.offset + words > data_words {
@@ -466,6 +476,37 @@ impl RingReader {
             STATE_ABANDONED => self.skip_record(words, LossReason::Abandoned),
             _ => self.skip_rest_of_page(limit, sealed, LossReason::Corrupt),
         }
+    }
+
+    /// The offset of the record after an unstamped one (whose length is
+    /// unknown), found by its state word: the only word in the page that
+    /// names the next sequence number, since older laps hold lower ones.
+    /// Whatever is found is checked like any record before it is trusted
+    /// (the copy's re-reads and its checksum), and sequence accounting is
+    /// by index, so a false match costs that record, never the count.
+    fn find_following_record(&self) -> Option<u32> {
+        let g = self.ring.geometry;
+        let data_words = g.data_words();
+        let want = (self.next_seq() + 1) & SEQ_LOW_MASK;
+        let first = self.offset + RECORD_HEADER_WORDS as u32;
+        let last = data_words.checked_sub(RECORD_HEADER_WORDS as u32)?;
+        (first..=last).find(|&offset| {
+            // Relaxed: only a hint; `read_record` loads it again with
+            // Acquire before reading anything it guards.
+            let word = self
+                .ring
+                .mem
+                .word(g.data_index(self.ticket, offset) + R_STATE)
+                .load(Ordering::Relaxed);
+            let state = RecordState::unpack(word);
+            state.seq_low == want
+                && matches!(
+                    state.state,
+                    STATE_RESERVED | STATE_COMMITTED | STATE_ABANDONED
+                )
+                && state.words as usize >= RECORD_HEADER_WORDS
+                && offset + state.words <= data_words
+        })
     }
 
     fn copy_record(&mut self, meta_word: u64, state_word: u64, base: usize, words: u32) -> Step {
