@@ -20,6 +20,7 @@
 
 pub mod docstore;
 pub mod id;
+pub mod index;
 pub mod log;
 pub mod queue;
 pub mod record;
