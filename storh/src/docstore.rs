@@ -714,8 +714,13 @@ impl Collection {
             }
             match std::fs::read(path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| parse_jsonc(path, &b).map_err(|e| e.to_string()))
-            {
+                .and_then(|b| {
+                    parse_jsonc(path, &b).map_err(|e| match e {
+                        // The finding names the path already.
+                        DocError::Json { message, .. } => message,
+                        other => other.to_string(),
+                    })
+                }) {
                 Ok(_) => ok += 1,
                 Err(e) => findings.push(finding(format!("invalid JSONC: {e}"))),
             }
@@ -732,6 +737,46 @@ impl Collection {
         write_durably(&self.dir.join("state"), b"clean\n")?;
         drop(self.lock);
         Ok(())
+    }
+}
+
+/// How a collection's files lie in its buckets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Layout {
+    /// Bucket directories present (at most 256).
+    pub buckets: u64,
+    /// Files in them, of any kind.
+    pub files: u64,
+    /// Fewest and most files in one bucket.
+    pub min_per_bucket: u64,
+    pub max_per_bucket: u64,
+    /// Bytes in those files.
+    pub bytes: u64,
+}
+
+impl Collection {
+    /// Files in the buckets, counted from the directory listings alone
+    /// (no file is opened): a quick total for progress reports.
+    pub fn count_files(&self) -> Result<u64> {
+        let mut n = 0;
+        walk(&self.dir.join("data"), |_, _, _| n += 1)?;
+        Ok(n)
+    }
+
+    /// Walks the buckets for their sizes, reporting files seen.
+    pub fn layout_with(&self, mut progress: impl FnMut(u64)) -> Result<Layout> {
+        let mut per_bucket = std::collections::BTreeMap::<String, u64>::new();
+        let mut layout = Layout::default();
+        walk(&self.dir.join("data"), |path, _, bucket| {
+            layout.files += 1;
+            progress(layout.files);
+            *per_bucket.entry(bucket.to_string()).or_default() += 1;
+            layout.bytes += std::fs::symlink_metadata(path).map_or(0, |m| m.len());
+        })?;
+        layout.buckets = per_bucket.len() as u64;
+        layout.min_per_bucket = per_bucket.values().copied().min().unwrap_or(0);
+        layout.max_per_bucket = per_bucket.values().copied().max().unwrap_or(0);
+        Ok(layout)
     }
 }
 

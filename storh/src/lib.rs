@@ -10,10 +10,12 @@
 //! - [`id`]: UUIDv7 ids whose bucket characters are random, ordered within
 //!   a process.
 //!
-//! The DocStore has `insert`/`put`/`get`/`delete`, `stream()` pages in id
-//! order from an id index (a journal, rebuilt from the files after a
-//! crash), `verify()` and `reindex()`. Not built yet: secondary indexes,
-//! the CLI and the benches.
+//! The DocStore has `insert`/`put`/`update`/`get`/`delete`, `stream()`
+//! pages in id order, secondary indexes on declared fields (`find`,
+//! `range`), `verify()` and `reindex()`; the indexes live in memory and in a
+//! journal ([`index`]) whose unfinished writes are re-checked after a
+//! crash. The `storh` binary (feature `cli`, on by default) drives all of
+//! it from the shell.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

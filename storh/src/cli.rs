@@ -1,0 +1,389 @@
+//! The `storh` commands. `--dir` names a DocStore collection, a segmented
+//! log or a queue; `verify` and `stats` tell which from what it holds, the
+//! record commands need a collection. Long walks (verify, reindex, stats,
+//! index create) show a progress bar on a terminal.
+//!
+//! Exit status: 0 done, 1 `verify` found problems or `get` found nothing,
+//! 2 an error (said on stderr).
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{json, Value};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use storh::docstore::Collection;
+
+#[derive(Parser)]
+#[command(
+    name = "storh",
+    version,
+    about = "Inspect and maintain storh collections, logs and queues"
+)]
+struct Cli {
+    /// The collection, log or queue directory.
+    #[arg(long, global = true, default_value = ".")]
+    dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print one record as JSON.
+    Get { id: String },
+    /// Store a record (JSON from the argument, or stdin); prints its id.
+    Put {
+        /// Replace this record instead of inserting a new one.
+        #[arg(long)]
+        id: Option<String>,
+        json: Option<String>,
+    },
+    /// Remove a record.
+    Delete { id: String },
+    /// Print records in id order, one JSON object per line.
+    Stream {
+        /// Start after this id (the last one of a previous page).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many records (default: all).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Print records whose FIELD equals VALUE (JSON, or else a string),
+    /// from the field's index if it has one.
+    Find {
+        field: String,
+        value: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Create, drop or list secondary indexes.
+    Index {
+        #[command(subcommand)]
+        action: IndexAction,
+    },
+    /// Check every record file (or log segment, or the queue file).
+    Verify,
+    /// Rebuild every index of a collection from its files.
+    Reindex,
+    /// Print counts and sizes as JSON.
+    Stats,
+}
+
+#[derive(Subcommand)]
+enum IndexAction {
+    Create { field: String },
+    Drop { field: String },
+    List,
+}
+
+/// What a directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Collection,
+    Log,
+    Queue,
+}
+
+fn kind(dir: &Path) -> Result<Kind> {
+    if dir.join("data").is_dir() {
+        Ok(Kind::Collection)
+    } else if dir.join("segments").is_dir() {
+        Ok(Kind::Log)
+    } else if dir.join("queue.log").is_file() {
+        Ok(Kind::Queue)
+    } else {
+        bail!(
+            "{} holds no storh collection (data/), log (segments/) or queue (queue.log)",
+            dir.display()
+        )
+    }
+}
+
+pub fn run() -> i32 {
+    let cli = Cli::parse();
+    match execute(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("storh: {e:#}");
+            2
+        }
+    }
+}
+
+fn open(dir: &Path) -> Result<Collection> {
+    if kind(dir)? != Kind::Collection {
+        bail!("{} is not a collection (no data/ directory)", dir.display());
+    }
+    Collection::open(dir).with_context(|| format!("opening {}", dir.display()))
+}
+
+fn bar(total: u64, what: &'static str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} {wide_bar} {pos}/{len} files ({per_sec}, {eta})")
+    {
+        bar.set_style(style);
+    }
+    bar.set_message(what);
+    bar
+}
+
+/// Runs `walk` under a progress bar of `total` files (a listing of the
+/// buckets gives it).
+fn with_bar<T>(
+    total: u64,
+    what: &'static str,
+    walk: impl FnOnce(&mut dyn FnMut(u64)) -> Result<T>,
+) -> Result<T> {
+    let bar = bar(total, what);
+    let result = walk(&mut |n| bar.set_position(n));
+    bar.finish_and_clear();
+    result
+}
+
+fn print_line(value: &Value) {
+    println!("{value}");
+}
+
+fn execute(cli: &Cli) -> Result<i32> {
+    let dir = &cli.dir;
+    match &cli.command {
+        Command::Get { id } => {
+            let c = open(dir)?;
+            let found = c.get(id)?;
+            c.close()?;
+            match found {
+                Some(doc) => {
+                    println!("{}", serde_json::to_string_pretty(&doc)?);
+                    Ok(0)
+                }
+                None => {
+                    eprintln!("storh: no record {id} in {}", dir.display());
+                    Ok(1)
+                }
+            }
+        }
+        Command::Put { id, json } => {
+            let text = match json {
+                Some(t) => t.clone(),
+                None => {
+                    let mut t = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut t)
+                        .context("reading the record from stdin")?;
+                    t
+                }
+            };
+            let doc = storh::docstore::parse_jsonc(Path::new("<input>"), text.as_bytes())?;
+            // `put` may create a collection; the others never do.
+            let mut c = Collection::open(dir)?;
+            let id = match id {
+                Some(id) => {
+                    c.put(id, &doc)?;
+                    id.clone()
+                }
+                None => c.insert(&doc)?,
+            };
+            c.close()?;
+            println!("{id}");
+            Ok(0)
+        }
+        Command::Delete { id } => {
+            let mut c = open(dir)?;
+            let existed = c.delete(id)?;
+            c.close()?;
+            if !existed {
+                eprintln!("storh: no record {id} in {}", dir.display());
+            }
+            Ok(if existed { 0 } else { 1 })
+        }
+        Command::Stream { after, limit } => {
+            let mut c = open(dir)?;
+            let mut cursor = after.clone();
+            let mut left = limit.unwrap_or(usize::MAX);
+            while left > 0 {
+                let page = c.stream(cursor.as_deref(), left.min(1000))?;
+                let Some((last, _)) = page.last() else { break };
+                cursor = Some(last.clone());
+                left -= page.len();
+                for (id, doc) in page {
+                    print_line(&json!({ "id": id, "doc": doc }));
+                }
+            }
+            c.close()?;
+            Ok(0)
+        }
+        Command::Find {
+            field,
+            value,
+            after,
+            limit,
+        } => {
+            let value: Value =
+                serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.clone()));
+            let mut c = open(dir)?;
+            let hits = c.find(field, &value, after.as_deref(), limit.unwrap_or(usize::MAX))?;
+            c.close()?;
+            for (id, doc) in hits {
+                print_line(&json!({ "id": id, "doc": doc }));
+            }
+            Ok(0)
+        }
+        Command::Index { action } => {
+            let mut c = open(dir)?;
+            match action {
+                IndexAction::Create { field } => {
+                    let total = c.count_files()?;
+                    let created =
+                        with_bar(total, "indexing", |p| Ok(c.create_index_with(field, p)?))?;
+                    if !created {
+                        eprintln!("storh: {field} was indexed already");
+                    }
+                }
+                IndexAction::Drop { field } => {
+                    if !c.drop_index(field)? {
+                        eprintln!("storh: {field} had no index");
+                    }
+                }
+                IndexAction::List => {
+                    for field in c.indexed_fields() {
+                        println!("{field}");
+                    }
+                }
+            }
+            c.close()?;
+            Ok(0)
+        }
+        Command::Reindex => {
+            let mut c = open(dir)?;
+            let total = c.count_files()?;
+            let n = with_bar(total, "reindexing", |p| Ok(c.reindex_with(p)?))?;
+            c.close()?;
+            eprintln!("storh: {n} records indexed");
+            Ok(0)
+        }
+        Command::Verify => verify(dir),
+        Command::Stats => {
+            print_line(&stats(dir)?);
+            Ok(0)
+        }
+    }
+}
+
+/// Frames of a log or queue file that do not check out, read-only: the
+/// offset where the valid part ends, if it ends before the file does.
+fn damaged_from(path: &Path) -> Result<(u64, Option<u64>)> {
+    let (valid, records) =
+        storh::record::scan(path).with_context(|| format!("reading {}", path.display()))?;
+    let len = std::fs::metadata(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .len();
+    Ok((records, (valid < len).then_some(valid)))
+}
+
+fn segment_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let seg_dir = dir.join("segments");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&seg_dir)
+        .with_context(|| format!("listing {}", seg_dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+fn verify(dir: &Path) -> Result<i32> {
+    let mut problems = 0u64;
+    let mut report = |path: &Path, reason: String| {
+        println!("{}: {reason}", path.display());
+        problems += 1;
+    };
+    let good = match kind(dir)? {
+        Kind::Collection => {
+            let c = open(dir)?;
+            let (ok, findings) =
+                with_bar(c.count_files()?, "verifying", |p| Ok(c.verify_with(p)?))?;
+            c.close()?;
+            for f in findings {
+                report(&f.path, f.reason);
+            }
+            ok
+        }
+        Kind::Log | Kind::Queue => {
+            let files = if kind(dir)? == Kind::Log {
+                segment_files(dir)?
+            } else {
+                vec![dir.join("queue.log")]
+            };
+            let mut ok = 0;
+            for path in files {
+                let (records, damaged) = damaged_from(&path)?;
+                ok += records;
+                if let Some(at) = damaged {
+                    report(
+                        &path,
+                        format!("damaged or torn from byte {at} (a checksum or length that does not check out)"),
+                    );
+                }
+            }
+            ok
+        }
+    };
+    eprintln!("storh: {good} good records, {problems} problems");
+    Ok(if problems == 0 { 0 } else { 1 })
+}
+
+fn stats(dir: &Path) -> Result<Value> {
+    Ok(match kind(dir)? {
+        Kind::Collection => {
+            let mut c = open(dir)?;
+            let s = c.stats()?;
+            let layout = with_bar(c.count_files()?, "measuring", |p| Ok(c.layout_with(p)?))?;
+            let recovery = c.recovery();
+            c.close()?;
+            json!({
+                "kind": "collection",
+                "records": s.records,
+                "indexes": s.indexes.iter().map(|(f, n)| (f.clone(), json!(n)))
+                    .collect::<serde_json::Map<String, Value>>(),
+                "buckets": layout.buckets,
+                "files": layout.files,
+                "files_per_bucket": {"min": layout.min_per_bucket, "max": layout.max_per_bucket},
+                "bytes": layout.bytes,
+                "opened_after_crash": recovery.crashed,
+            })
+        }
+        Kind::Log => {
+            let files = segment_files(dir)?;
+            let (mut records, mut bytes) = (0, 0);
+            for path in &files {
+                records += damaged_from(path)?.0;
+                bytes += std::fs::metadata(path).map_or(0, |m| m.len());
+            }
+            json!({"kind": "log", "segments": files.len(), "records": records, "bytes": bytes})
+        }
+        Kind::Queue => {
+            let path = dir.join("queue.log");
+            let (records, _) = damaged_from(&path)?;
+            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+            let mut consumers = serde_json::Map::new();
+            if let Ok(entries) = std::fs::read_dir(dir.join("consumers")) {
+                for e in entries.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.ends_with(".tmp") {
+                        continue;
+                    }
+                    let position = std::fs::read_to_string(e.path())
+                        .ok()
+                        .and_then(|t| t.trim().parse::<u64>().ok());
+                    consumers.insert(name, json!(position));
+                }
+            }
+            json!({"kind": "queue", "records": records, "bytes": bytes, "consumers": consumers})
+        }
+    })
+}
