@@ -193,7 +193,8 @@ impl Collection {
             ..Recovery::default()
         };
         if crashed {
-            recovery.temp_files_removed = remove_temp_files(&dir.join("data"))?;
+            recovery.temp_files_removed =
+                remove_temp_files(&dir.join("data"))? + remove_temps_in(&dir)?;
         }
         let marker = format!("dirty {}\n", boot.as_deref().unwrap_or("unknown"));
         write_durably(&state_path, marker.as_bytes())?;
@@ -271,6 +272,61 @@ impl Collection {
             state.set_record(id, Some(Some(value)));
         }
         Ok(())
+    }
+
+    /// Stores each of `docs` under a new id, durably and each atomically,
+    /// with two filesystem syncs for the whole batch instead of two fsyncs
+    /// per record: every temporary file is written, `syncfs` makes them
+    /// durable, they are renamed into place, and the bucket directories
+    /// are fsynced. For bulk loads (`syncfs` flushes the whole filesystem
+    /// the collection lives on). Returns the ids, in order.
+    pub fn insert_many(&mut self, docs: &[Value]) -> Result<Vec<Id>> {
+        let ids: Vec<Id> = docs.iter().map(|_| id::new_id()).collect();
+        let mut staged = Vec::with_capacity(docs.len());
+        for (id, doc) in ids.iter().zip(docs) {
+            let path = self.path_of(id)?;
+            let text = serde_json::to_vec_pretty(doc).map_err(|e| DocError::Json {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            staged.push((path, text));
+        }
+        let intents: String = ids.iter().map(|id| index::intent_line(id)).collect();
+        self.journal_append(&intents)?;
+        let mut temps = Vec::with_capacity(staged.len());
+        let mut buckets = std::collections::BTreeSet::new();
+        for (path, text) in &staged {
+            let dir = path.parent().unwrap_or(&self.dir);
+            if buckets.insert(dir.to_path_buf()) {
+                std::fs::create_dir_all(dir).map_err(io(dir))?;
+            }
+            let temp = temp_path(path);
+            std::fs::write(&temp, text).map_err(io(&temp))?;
+            temps.push(temp);
+        }
+        let data = self.dir.join("data");
+        let handle = File::open(&data).map_err(io(&data))?;
+        // SAFETY: syncfs on a descriptor we own; no memory involved.
+        if unsafe { libc::syncfs(handle.as_raw_fd()) } != 0 {
+            return Err(io(&data)(std::io::Error::last_os_error()));
+        }
+        for (temp, (path, _)) in temps.iter().zip(&staged) {
+            std::fs::rename(temp, path).map_err(io(path))?;
+        }
+        for dir in &buckets {
+            sync_dir(dir)?;
+        }
+        let mut commits = String::new();
+        for (id, doc) in ids.iter().zip(docs) {
+            commits.push_str(&index::put_lines(&self.fields, id, doc));
+        }
+        self.journal_append(&commits)?;
+        if let Some(state) = &mut self.index {
+            for (id, doc) in ids.iter().zip(docs) {
+                state.set_record(id, Some(Some(doc)));
+            }
+        }
+        Ok(ids)
     }
 
     /// Changes record `id` in place with `change`; false (and nothing
@@ -433,17 +489,7 @@ impl Collection {
     /// id of the previous page; `None` for the first page). Pages are
     /// served from the id index, never by walking the buckets.
     pub fn stream(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<(Id, Value)>> {
-        let start = match after {
-            Some(a) => Bound::Excluded(a.to_string()),
-            None => Bound::Unbounded,
-        };
-        let page: Vec<Id> = self
-            .index()?
-            .ids()
-            .range((start, Bound::Unbounded))
-            .take(limit)
-            .cloned()
-            .collect();
+        let page = self.list_ids(after, limit)?;
         let mut out = Vec::with_capacity(page.len());
         for id in page {
             if let Some(v) = self.get(&id)? {
@@ -451,6 +497,22 @@ impl Collection {
             }
         }
         Ok(out)
+    }
+
+    /// Up to `limit` record ids in order after `after`, from the id index
+    /// (no file is read).
+    pub fn list_ids(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<Id>> {
+        let start = match after {
+            Some(a) => Bound::Excluded(a.to_string()),
+            None => Bound::Unbounded,
+        };
+        Ok(self
+            .index()?
+            .ids()
+            .range((start, Bound::Unbounded))
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     /// Declares a secondary index on `field` (a dot path; an array field
@@ -814,16 +876,22 @@ pub fn parse_jsonc(path: &Path, bytes: &[u8]) -> Result<Value> {
     })
 }
 
+/// Where a write of `path` stages its bytes: a hidden `.tmp` file beside
+/// it, removed as an orphan after a crash.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}{TEMP_SUFFIX}", std::process::id()))
+}
+
 /// Writes `bytes` to `path` atomically and durably: a temporary file in
 /// the same directory, fsync, rename, fsync of the directory.
 fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.{}{TEMP_SUFFIX}", std::process::id()));
+    let temp = temp_path(path);
     let mut file = File::create(&temp).map_err(io(&temp))?;
     file.write_all(bytes).map_err(io(&temp))?;
     file.sync_all().map_err(io(&temp))?;
@@ -865,15 +933,21 @@ fn remove_temp_files(data: &Path) -> Result<u64> {
     let mut removed = 0;
     for bucket in std::fs::read_dir(data).map_err(io(data))? {
         let bucket = bucket.map_err(io(data))?.path();
-        if !bucket.is_dir() {
-            continue;
+        if bucket.is_dir() {
+            removed += remove_temps_in(&bucket)?;
         }
-        for entry in std::fs::read_dir(&bucket).map_err(io(&bucket))? {
-            let path = entry.map_err(io(&bucket))?.path();
-            if path.to_string_lossy().ends_with(TEMP_SUFFIX) {
-                std::fs::remove_file(&path).map_err(io(&path))?;
-                removed += 1;
-            }
+    }
+    Ok(removed)
+}
+
+/// Removes the `*.tmp` files directly in `dir`; returns how many.
+fn remove_temps_in(dir: &Path) -> Result<u64> {
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        if path.is_file() && path.to_string_lossy().ends_with(TEMP_SUFFIX) {
+            std::fs::remove_file(&path).map_err(io(&path))?;
+            removed += 1;
         }
     }
     Ok(removed)
@@ -1293,5 +1367,30 @@ mod tests {
         std::fs::write(dir.path().join(index::FIELDS), "{").unwrap();
         let e = Collection::open(dir.path()).err().unwrap().to_string();
         assert!(e.contains("indexes.json"), "{e}");
+    }
+
+    #[test]
+    fn a_batch_lands_whole_in_order_and_indexed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        c.create_index("team").unwrap();
+        let docs: Vec<Value> = (0..300)
+            .map(|i| json!({"i": i, "team": format!("t{}", i % 3)}))
+            .collect();
+        let ids = c.insert_many(&docs).unwrap();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids, "ids in order within the batch");
+        for (id, doc) in ids.iter().zip(&docs) {
+            assert_eq!(c.get(id).unwrap().as_ref(), Some(doc));
+        }
+        let (ok, findings) = c.verify().unwrap();
+        assert_eq!((ok, findings.len()), (300, 0), "{findings:?}");
+        assert_eq!(find_all(&mut c, "team", &json!("t1"), 40).len(), 100);
+        drop(c); // a crash: the journal still says everything
+        let mut c = Collection::open(dir.path()).unwrap();
+        assert_eq!(c.stats().unwrap().indexes, vec![("team".to_string(), 300)]);
+        assert_eq!(c.recovery().rechecked, 0);
+        c.close().unwrap();
     }
 }
