@@ -277,9 +277,9 @@ impl Collection {
     /// Stores each of `docs` under a new id, durably and each atomically,
     /// with two filesystem syncs for the whole batch instead of two fsyncs
     /// per record: every temporary file is written, `syncfs` makes them
-    /// durable, they are renamed into place, and the bucket directories
-    /// are fsynced. For bulk loads (`syncfs` flushes the whole filesystem
-    /// the collection lives on). Returns the ids, in order.
+    /// durable, they are renamed into place, and `syncfs` again makes the
+    /// renames durable. For bulk loads (`syncfs` flushes the whole
+    /// filesystem the collection lives on). Returns the ids, in order.
     pub fn insert_many(&mut self, docs: &[Value]) -> Result<Vec<Id>> {
         let ids: Vec<Id> = docs.iter().map(|_| id::new_id()).collect();
         let mut staged = Vec::with_capacity(docs.len());
@@ -306,16 +306,15 @@ impl Collection {
         }
         let data = self.dir.join("data");
         let handle = File::open(&data).map_err(io(&data))?;
-        // SAFETY: syncfs on a descriptor we own; no memory involved.
-        if unsafe { libc::syncfs(handle.as_raw_fd()) } != 0 {
-            return Err(io(&data)(std::io::Error::last_os_error()));
-        }
+        // Every temporary file's bytes are on disk before any is renamed
+        // into place, so no record is ever seen half written.
+        syncfs(&handle, &data)?;
         for (temp, (path, _)) in temps.iter().zip(&staged) {
             std::fs::rename(temp, path).map_err(io(path))?;
         }
-        for dir in &buckets {
-            sync_dir(dir)?;
-        }
+        // And the renames (directory entries are filesystem metadata): one
+        // call for every bucket the batch touched.
+        syncfs(&handle, &data)?;
         let mut commits = String::new();
         for (id, doc) in ids.iter().zip(docs) {
             commits.push_str(&index::put_lines(&self.fields, id, doc));
@@ -898,6 +897,15 @@ fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     drop(file);
     std::fs::rename(&temp, path).map_err(io(path))?;
     sync_dir(dir)
+}
+
+/// Flushes the whole filesystem `handle` lives on (Linux `syncfs`).
+fn syncfs(handle: &File, path: &Path) -> Result<()> {
+    // SAFETY: syncfs on a descriptor we own; no memory involved.
+    if unsafe { libc::syncfs(handle.as_raw_fd()) } != 0 {
+        return Err(io(path)(std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
