@@ -114,11 +114,18 @@ pub fn run() -> i32 {
     }
 }
 
-fn open(dir: &Path) -> Result<Collection> {
+/// Runs `f` on the collection in `dir` and closes it, also when `f`
+/// fails (an error must not leave the collection looking crashed).
+fn with_collection<T>(dir: &Path, f: impl FnOnce(&mut Collection) -> Result<T>) -> Result<T> {
     if kind(dir)? != Kind::Collection {
         bail!("{} is not a collection (no data/ directory)", dir.display());
     }
-    Collection::open(dir).with_context(|| format!("opening {}", dir.display()))
+    let mut c = Collection::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    let result = f(&mut c);
+    let closed = c.close();
+    let value = result?;
+    closed?;
+    Ok(value)
 }
 
 fn bar(total: u64, what: &'static str) -> ProgressBar {
@@ -152,21 +159,16 @@ fn print_line(value: &Value) {
 fn execute(cli: &Cli) -> Result<i32> {
     let dir = &cli.dir;
     match &cli.command {
-        Command::Get { id } => {
-            let c = open(dir)?;
-            let found = c.get(id)?;
-            c.close()?;
-            match found {
-                Some(doc) => {
-                    println!("{}", serde_json::to_string_pretty(&doc)?);
-                    Ok(0)
-                }
-                None => {
-                    eprintln!("storh: no record {id} in {}", dir.display());
-                    Ok(1)
-                }
+        Command::Get { id } => match with_collection(dir, |c| Ok(c.get(id)?))? {
+            Some(doc) => {
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+                Ok(0)
             }
-        }
+            None => {
+                eprintln!("storh: no record {id} in {}", dir.display());
+                Ok(1)
+            }
+        },
         Command::Put { id, json } => {
             let text = match json {
                 Some(t) => t.clone(),
@@ -179,30 +181,32 @@ fn execute(cli: &Cli) -> Result<i32> {
                 }
             };
             let doc = storh::docstore::parse_jsonc(Path::new("<input>"), text.as_bytes())?;
-            // `put` may create a collection; the others never do.
-            let mut c = Collection::open(dir)?;
-            let id = match id {
+            // `put` may create a collection, but never inside a log or a
+            // queue.
+            if matches!(kind(dir), Ok(Kind::Log | Kind::Queue)) {
+                bail!("{} holds a log or a queue, not a collection", dir.display());
+            }
+            std::fs::create_dir_all(dir.join("data"))
+                .with_context(|| format!("creating {}", dir.display()))?;
+            let id = with_collection(dir, |c| match id {
                 Some(id) => {
                     c.put(id, &doc)?;
-                    id.clone()
+                    Ok(id.clone())
                 }
-                None => c.insert(&doc)?,
-            };
-            c.close()?;
+                None => Ok(c.insert(&doc)?),
+            })?;
             println!("{id}");
             Ok(0)
         }
         Command::Delete { id } => {
-            let mut c = open(dir)?;
-            let existed = c.delete(id)?;
-            c.close()?;
-            if !existed {
+            if with_collection(dir, |c| Ok(c.delete(id)?))? {
+                Ok(0)
+            } else {
                 eprintln!("storh: no record {id} in {}", dir.display());
+                Ok(1)
             }
-            Ok(if existed { 0 } else { 1 })
         }
-        Command::Stream { after, limit } => {
-            let mut c = open(dir)?;
+        Command::Stream { after, limit } => with_collection(dir, |c| {
             let mut cursor = after.clone();
             let mut left = limit.unwrap_or(usize::MAX);
             while left > 0 {
@@ -214,9 +218,8 @@ fn execute(cli: &Cli) -> Result<i32> {
                     print_line(&json!({ "id": id, "doc": doc }));
                 }
             }
-            c.close()?;
             Ok(0)
-        }
+        }),
         Command::Find {
             field,
             value,
@@ -225,16 +228,15 @@ fn execute(cli: &Cli) -> Result<i32> {
         } => {
             let value: Value =
                 serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.clone()));
-            let mut c = open(dir)?;
-            let hits = c.find(field, &value, after.as_deref(), limit.unwrap_or(usize::MAX))?;
-            c.close()?;
+            let hits = with_collection(dir, |c| {
+                Ok(c.find(field, &value, after.as_deref(), limit.unwrap_or(usize::MAX))?)
+            })?;
             for (id, doc) in hits {
                 print_line(&json!({ "id": id, "doc": doc }));
             }
             Ok(0)
         }
-        Command::Index { action } => {
-            let mut c = open(dir)?;
+        Command::Index { action } => with_collection(dir, |c| {
             match action {
                 IndexAction::Create { field } => {
                     let total = c.count_files()?;
@@ -255,14 +257,13 @@ fn execute(cli: &Cli) -> Result<i32> {
                     }
                 }
             }
-            c.close()?;
             Ok(0)
-        }
+        }),
         Command::Reindex => {
-            let mut c = open(dir)?;
-            let total = c.count_files()?;
-            let n = with_bar(total, "reindexing", |p| Ok(c.reindex_with(p)?))?;
-            c.close()?;
+            let n = with_collection(dir, |c| {
+                let total = c.count_files()?;
+                with_bar(total, "reindexing", |p| Ok(c.reindex_with(p)?))
+            })?;
             eprintln!("storh: {n} records indexed");
             Ok(0)
         }
@@ -304,10 +305,9 @@ fn verify(dir: &Path) -> Result<i32> {
     };
     let good = match kind(dir)? {
         Kind::Collection => {
-            let c = open(dir)?;
-            let (ok, findings) =
-                with_bar(c.count_files()?, "verifying", |p| Ok(c.verify_with(p)?))?;
-            c.close()?;
+            let (ok, findings) = with_collection(dir, |c| {
+                with_bar(c.count_files()?, "verifying", |p| Ok(c.verify_with(p)?))
+            })?;
             for f in findings {
                 report(&f.path, f.reason);
             }
@@ -340,11 +340,11 @@ fn verify(dir: &Path) -> Result<i32> {
 fn stats(dir: &Path) -> Result<Value> {
     Ok(match kind(dir)? {
         Kind::Collection => {
-            let mut c = open(dir)?;
-            let s = c.stats()?;
-            let layout = with_bar(c.count_files()?, "measuring", |p| Ok(c.layout_with(p)?))?;
-            let recovery = c.recovery();
-            c.close()?;
+            let (s, layout, recovery) = with_collection(dir, |c| {
+                let s = c.stats()?;
+                let layout = with_bar(c.count_files()?, "measuring", |p| Ok(c.layout_with(p)?))?;
+                Ok((s, layout, c.recovery()))
+            })?;
             json!({
                 "kind": "collection",
                 "records": s.records,

@@ -183,10 +183,13 @@ impl Collection {
         let state_path = dir.join("state");
         let previous = std::fs::read_to_string(&state_path).unwrap_or_default();
         let mut words = previous.split_whitespace();
-        let crashed = words.next() == Some("dirty");
+        let first = words.next();
+        let crashed = first == Some("dirty");
+        let second = words.next();
         let boot = boot_id();
         // No boot id on either side: assume the worst.
-        let rebooted = crashed && (boot.is_none() || words.next() != boot.as_deref());
+        let rebooted = crashed && (boot.is_none() || second != boot.as_deref());
+        let discard = first == Some("clean") && second == Some("rebuild");
         let mut recovery = Recovery {
             crashed,
             rebooted,
@@ -199,7 +202,7 @@ impl Collection {
         let marker = format!("dirty {}\n", boot.as_deref().unwrap_or("unknown"));
         write_durably(&state_path, marker.as_bytes())?;
         let journal_path = dir.join(index::JOURNAL);
-        if crashed && (rebooted || !ends_with_newline(&journal_path)) {
+        if discard || (crashed && (rebooted || !ends_with_newline(&journal_path))) {
             // Lines may be missing (a machine crash) or torn: rebuilt from
             // the files when the indexes are first needed (opening stays
             // O(1)).
@@ -266,12 +269,34 @@ impl Collection {
             message: e.to_string(),
         })?;
         self.journal_append(&index::intent_line(id))?;
-        write_durably(&path, &text)?;
-        self.journal_append(&index::put_lines(&self.fields, id, value))?;
+        let written = write_durably(&path, &text)
+            .and_then(|()| self.journal_append(&index::put_lines(&self.fields, id, value)));
+        if let Err(e) = written {
+            // The file may or may not have changed: the index follows it.
+            self.recheck([id]);
+            return Err(e);
+        }
         if let Some(state) = &mut self.index {
             state.set_record(id, Some(Some(value)));
         }
         Ok(())
+    }
+
+    /// After a failed write: makes the loaded index say what the files of
+    /// `ids` say now (the journal's unfinished intents do the same for the
+    /// next load).
+    fn recheck<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        if self.index.is_none() {
+            return;
+        }
+        for id in ids {
+            // Unreadable: leave the entry; the intent re-checks it later.
+            if let Ok(record) = self.read_record(id) {
+                if let Some(state) = &mut self.index {
+                    state.set_record(id, record.as_ref().map(Option::as_ref));
+                }
+            }
+        }
     }
 
     /// Stores each of `docs` under a new id, durably and each atomically,
@@ -279,7 +304,9 @@ impl Collection {
     /// per record: every temporary file is written, `syncfs` makes them
     /// durable, they are renamed into place, and `syncfs` again makes the
     /// renames durable. For bulk loads (`syncfs` flushes the whole
-    /// filesystem the collection lives on). Returns the ids, in order.
+    /// filesystem the collection lives on). Returns the ids, in order. On
+    /// an error none of the batch is kept (files already renamed into
+    /// place are removed again), so the batch can be retried.
     pub fn insert_many(&mut self, docs: &[Value]) -> Result<Vec<Id>> {
         let ids: Vec<Id> = docs.iter().map(|_| id::new_id()).collect();
         let mut staged = Vec::with_capacity(docs.len());
@@ -293,39 +320,64 @@ impl Collection {
         }
         let intents: String = ids.iter().map(|id| index::intent_line(id)).collect();
         self.journal_append(&intents)?;
-        let mut temps = Vec::with_capacity(staged.len());
-        let mut buckets = std::collections::BTreeSet::new();
-        for (path, text) in &staged {
-            let dir = path.parent().unwrap_or(&self.dir);
-            if buckets.insert(dir.to_path_buf()) {
-                std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let mut renamed = 0;
+        let landed = self.land_batch(&staged, &mut renamed).and_then(|()| {
+            let mut commits = String::new();
+            for (id, doc) in ids.iter().zip(docs) {
+                commits.push_str(&index::put_lines(&self.fields, id, doc));
             }
-            let temp = temp_path(path);
-            std::fs::write(&temp, text).map_err(io(&temp))?;
-            temps.push(temp);
+            self.journal_append(&commits)
+        });
+        if let Err(e) = landed {
+            for (path, _) in &staged[..renamed] {
+                let _ = std::fs::remove_file(path);
+            }
+            self.recheck(ids.iter().map(String::as_str));
+            return Err(e);
         }
-        let data = self.dir.join("data");
-        let handle = File::open(&data).map_err(io(&data))?;
-        // Every temporary file's bytes are on disk before any is renamed
-        // into place, so no record is ever seen half written.
-        syncfs(&handle, &data)?;
-        for (temp, (path, _)) in temps.iter().zip(&staged) {
-            std::fs::rename(temp, path).map_err(io(path))?;
-        }
-        // And the renames (directory entries are filesystem metadata): one
-        // call for every bucket the batch touched.
-        syncfs(&handle, &data)?;
-        let mut commits = String::new();
-        for (id, doc) in ids.iter().zip(docs) {
-            commits.push_str(&index::put_lines(&self.fields, id, doc));
-        }
-        self.journal_append(&commits)?;
         if let Some(state) = &mut self.index {
             for (id, doc) in ids.iter().zip(docs) {
                 state.set_record(id, Some(Some(doc)));
             }
         }
         Ok(ids)
+    }
+
+    /// Writes the batch's files: temporaries, `syncfs`, renames, `syncfs`.
+    /// `renamed` counts the files renamed into place; on an error the
+    /// temporaries not renamed are removed.
+    fn land_batch(&self, staged: &[(PathBuf, Vec<u8>)], renamed: &mut usize) -> Result<()> {
+        let mut temps = Vec::with_capacity(staged.len());
+        let written = (|| {
+            let mut buckets = std::collections::BTreeSet::new();
+            for (path, text) in staged {
+                let dir = path.parent().unwrap_or(&self.dir);
+                if buckets.insert(dir.to_path_buf()) {
+                    std::fs::create_dir_all(dir).map_err(io(dir))?;
+                }
+                let temp = temp_path(path);
+                temps.push(temp.clone());
+                std::fs::write(&temp, text).map_err(io(&temp))?;
+            }
+            let data = self.dir.join("data");
+            let handle = File::open(&data).map_err(io(&data))?;
+            // Every temporary file's bytes are on disk before any is
+            // renamed into place, so no record is ever seen half written.
+            syncfs(&handle, &data)?;
+            for (temp, (path, _)) in temps.iter().zip(staged) {
+                std::fs::rename(temp, path).map_err(io(path))?;
+                *renamed += 1;
+            }
+            // And the renames, with any new bucket directory (directory
+            // entries are filesystem metadata): one call for them all.
+            syncfs(&handle, &data)
+        })();
+        if written.is_err() {
+            for temp in &temps[*renamed..] {
+                let _ = std::fs::remove_file(temp);
+            }
+        }
+        written
     }
 
     /// Changes record `id` in place with `change`; false (and nothing
@@ -353,15 +405,21 @@ impl Collection {
     pub fn delete(&mut self, id: &str) -> Result<bool> {
         let path = self.path_of(id)?;
         self.journal_append(&index::intent_line(id))?;
-        let existed = match std::fs::remove_file(&path) {
-            Ok(()) => {
-                sync_dir(path.parent().unwrap_or(&self.dir))?;
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(io(&path)(e)),
+        let removed = match std::fs::remove_file(&path) {
+            Ok(()) => sync_dir(path.parent().unwrap_or(&self.dir)).map(|()| true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io(&path)(e)),
         };
-        self.journal_append(&index::delete_lines(id))?;
+        let existed = match removed.and_then(|existed| {
+            self.journal_append(&index::delete_lines(id))
+                .map(|()| existed)
+        }) {
+            Ok(existed) => existed,
+            Err(e) => {
+                self.recheck([id]);
+                return Err(e);
+            }
+        };
         if let Some(state) = &mut self.index {
             state.set_record(id, None);
         }
@@ -384,9 +442,24 @@ impl Collection {
         }
         if let Some(j) = &mut self.journal {
             // One write per call, so a killed writer leaves whole lines.
-            j.write_all(lines.as_bytes()).map_err(io(&path))?;
+            if let Err(e) = j.write_all(lines.as_bytes()) {
+                // Part of the lines may have landed, and later writes
+                // would not: the journal no longer holds every write.
+                self.abandon_journal();
+                return Err(io(&path)(e));
+            }
         }
         Ok(())
+    }
+
+    /// Stops journaling after a failed append: the journal is removed so
+    /// the next load rebuilds from the files; if even that fails, `close`
+    /// leaves a state that makes the next open discard it. The loaded
+    /// indexes stay: the callers re-check what they were writing.
+    fn abandon_journal(&mut self) {
+        self.journal = None;
+        self.journal_usable = false;
+        let _ = std::fs::remove_file(self.dir.join(index::JOURNAL));
     }
 
     /// The indexes, loaded on first use.
@@ -478,8 +551,9 @@ impl Collection {
     }
 
     fn write_journal(&mut self, state: &IndexState) -> Result<()> {
-        write_durably(&self.dir.join(index::JOURNAL), state.snapshot().as_bytes())?;
+        // Whatever happens below, appends must not go to a replaced file.
         self.journal = None;
+        write_durably(&self.dir.join(index::JOURNAL), state.snapshot().as_bytes())?;
         self.journal_usable = true;
         Ok(())
     }
@@ -669,15 +743,8 @@ impl Collection {
             Bound::Excluded(v) => Bound::Excluded((as_key(v)?, String::new())),
             Bound::Unbounded => Bound::Unbounded,
         };
-        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
-            (&start, &end)
-        {
-            if s > e {
-                return Ok(Vec::new());
-            }
-        }
         let mut out = Vec::new();
-        while out.len() < limit {
+        while out.len() < limit && nonempty(&start, &end) {
             let batch: Vec<(IndexKey, Id)> = self
                 .indexed(field)?
                 .range((start.clone(), end.clone()))
@@ -790,14 +857,37 @@ impl Collection {
     }
 
     /// Marks the collection clean and releases the lock. The journal is
-    /// fsynced first: a clean state promises it is whole.
+    /// fsynced first, whoever wrote it (a crashed writer's last lines may
+    /// still be only in the page cache): a clean state promises it is
+    /// whole.
     pub fn close(self) -> Result<()> {
-        if let Some(j) = &self.journal {
-            j.sync_all().map_err(io(&self.dir.join(index::JOURNAL)))?;
-        }
-        write_durably(&self.dir.join("state"), b"clean\n")?;
+        let path = self.dir.join(index::JOURNAL);
+        let state = if self.journal_usable {
+            match File::open(&path) {
+                Ok(j) => j.sync_all().map_err(io(&path))?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&path)(e)),
+            }
+            "clean\n"
+        } else if path.exists() {
+            // A journal we stopped appending to and could not remove.
+            "clean rebuild\n"
+        } else {
+            "clean\n"
+        };
+        write_durably(&self.dir.join("state"), state.as_bytes())?;
         drop(self.lock);
         Ok(())
+    }
+}
+
+/// Whether `start..end` holds anything (and `BTreeSet::range` accepts it:
+/// it panics on a start past the end, or equal ones both excluded).
+fn nonempty<T: Ord>(start: &Bound<T>, end: &Bound<T>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s <= e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => s < e,
+        _ => true,
     }
 }
 
@@ -889,13 +979,26 @@ fn temp_path(path: &Path) -> PathBuf {
 /// the same directory, fsync, rename, fsync of the directory.
 fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // A new bucket must be durable in its parent, too.
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
     let temp = temp_path(path);
-    let mut file = File::create(&temp).map_err(io(&temp))?;
-    file.write_all(bytes).map_err(io(&temp))?;
-    file.sync_all().map_err(io(&temp))?;
-    drop(file);
-    std::fs::rename(&temp, path).map_err(io(path))?;
+    let staged = (|| {
+        let mut file = File::create(&temp).map_err(io(&temp))?;
+        file.write_all(bytes).map_err(io(&temp))?;
+        file.sync_all().map_err(io(&temp))?;
+        drop(file);
+        std::fs::rename(&temp, path).map_err(io(path))
+    })();
+    if staged.is_err() {
+        // Not left for `verify` to report until some later crash.
+        let _ = std::fs::remove_file(&temp);
+    }
+    staged?;
     sync_dir(dir)
 }
 
@@ -1399,6 +1502,60 @@ mod tests {
         let mut c = Collection::open(dir.path()).unwrap();
         assert_eq!(c.stats().unwrap().indexes, vec![("team".to_string(), 300)]);
         assert_eq!(c.recovery().rechecked, 0);
+        c.close().unwrap();
+    }
+
+    #[test]
+    fn a_failed_journal_append_costs_the_journal_not_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        c.create_index("colour").unwrap();
+        let a = c.insert(&json!({"colour": "red"})).unwrap();
+        c.close().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        assert_eq!(
+            find_all(&mut c, "colour", &json!("red"), 5),
+            vec![a.clone()]
+        );
+        // Every append to the journal now fails (ENOSPC).
+        let journal = dir.path().join(index::JOURNAL);
+        std::fs::remove_file(&journal).unwrap();
+        std::os::unix::fs::symlink("/dev/full", &journal).unwrap();
+        let e = c
+            .put(&a, &json!({"colour": "blue"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("index.log"), "{e}");
+        // Nothing was written: the record and its index say red.
+        assert_eq!(c.get(&a).unwrap(), Some(json!({"colour": "red"})));
+        assert_eq!(
+            find_all(&mut c, "colour", &json!("red"), 5),
+            vec![a.clone()]
+        );
+        assert!(!journal.exists(), "the broken journal is dropped");
+        // Writes go on, the loaded index with them, and the next open
+        // rebuilds from the files.
+        c.put(&a, &json!({"colour": "blue"})).unwrap();
+        let b = c.insert(&json!({"colour": "blue"})).unwrap();
+        assert_eq!(
+            find_all(&mut c, "colour", &json!("blue"), 5),
+            vec![a.clone(), b.clone()]
+        );
+        c.close().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        assert_eq!(find_all(&mut c, "colour", &json!("blue"), 5), vec![a, b]);
+        assert!(c.recovery().rebuilt_because.is_some());
+        // A cursor past the end of a range is an empty page, not a panic.
+        let page = c
+            .range(
+                "colour",
+                Bound::Unbounded,
+                Bound::Excluded(&json!("blue")),
+                Some((&json!("blue"), "")),
+                10,
+            )
+            .unwrap();
+        assert!(page.is_empty());
         c.close().unwrap();
     }
 }

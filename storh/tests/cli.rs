@@ -155,6 +155,19 @@ fn errors_say_what_is_wrong() {
     let out = storh(&tmp.path().join("held"), &["put", "{ not json"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not valid JSONC"));
+    // An error after opening still closes: the next open sees no crash.
+    let out = storh(&tmp.path().join("held"), &["get", "not-an-id"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a canonical UUID"));
+    let stats: Value = serde_json::from_str(&ok(&tmp.path().join("held"), &["stats"])).unwrap();
+    assert_eq!(stats["opened_after_crash"], false);
+    // `put` never turns a queue into a collection.
+    let queue = tmp.path().join("queue");
+    storh::queue::Queue::open(&queue).unwrap();
+    let out = storh(&queue, &["put", "{}"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a collection"));
+    assert!(!queue.join("data").exists());
 }
 
 #[test]
