@@ -576,7 +576,7 @@ impl Collection {
     /// (no file is read).
     pub fn list_ids(&mut self, after: Option<&str>, limit: usize) -> Result<Vec<Id>> {
         let start = match after {
-            Some(a) => Bound::Excluded(a.to_string()),
+            Some(a) => Bound::Excluded(cursor_num(a)?),
             None => Bound::Unbounded,
         };
         Ok(self
@@ -584,7 +584,7 @@ impl Collection {
             .ids()
             .range((start, Bound::Unbounded))
             .take(limit)
-            .cloned()
+            .map(|&n| id::from_u128(n))
             .collect())
     }
 
@@ -630,7 +630,10 @@ impl Collection {
         Ok(true)
     }
 
-    fn indexed(&mut self, field: &str) -> Result<&std::collections::BTreeSet<(IndexKey, Id)>> {
+    fn indexed(
+        &mut self,
+        field: &str,
+    ) -> Result<&std::collections::BTreeSet<(IndexKey, index::IdNum)>> {
         let indexed = self.fields.clone();
         self.index()?
             .entries(field)
@@ -656,38 +659,37 @@ impl Collection {
         })?;
         let indexed = self.fields.iter().any(|f| f == field);
         let mut out = Vec::new();
-        let mut cursor = after.map(str::to_string);
+        let mut cursor = after.map(cursor_num).transpose()?;
         while out.len() < limit {
             // Candidates in id order: the index's entries for the key, or
             // every id.
-            let batch: Vec<Id> = if indexed {
-                let from = (key.clone(), cursor.clone().unwrap_or_default());
+            let batch: Vec<index::IdNum> = if indexed {
                 let lower = match cursor {
-                    Some(_) => Bound::Excluded(from),
-                    None => Bound::Included(from),
+                    Some(c) => Bound::Excluded((key.clone(), c)),
+                    None => Bound::Included((key.clone(), 0)),
                 };
                 self.indexed(field)?
                     .range((lower, Bound::Unbounded))
                     .take_while(|(k, _)| *k == key)
                     .take(limit.max(16))
-                    .map(|(_, id)| id.clone())
+                    .map(|&(_, id)| id)
                     .collect()
             } else {
-                let lower = match &cursor {
-                    Some(c) => Bound::Excluded(c.clone()),
+                let lower = match cursor {
+                    Some(c) => Bound::Excluded(c),
                     None => Bound::Unbounded,
                 };
                 self.index()?
                     .ids()
                     .range((lower, Bound::Unbounded))
                     .take(limit.max(16))
-                    .cloned()
+                    .copied()
                     .collect()
             };
-            let Some(last) = batch.last().cloned() else {
+            let Some(&last) = batch.last() else {
                 break;
             };
-            for id in batch {
+            for id in batch.into_iter().map(id::from_u128) {
                 // The file decides: an entry never overrides what the
                 // record says now.
                 if let Some(doc) = self.get(&id)? {
@@ -721,15 +723,15 @@ impl Collection {
                 value: v.to_string(),
             })
         };
-        // (key, "") sorts before every entry of that key, (key, "~") after
+        // (key, 0) sorts before every entry of that key, (key, MAX) after
         // (ids are hex digits and dashes).
         let mut start = match lower {
-            Bound::Included(v) => Bound::Included((as_key(v)?, String::new())),
-            Bound::Excluded(v) => Bound::Excluded((as_key(v)?, "~".to_string())),
+            Bound::Included(v) => Bound::Included((as_key(v)?, 0)),
+            Bound::Excluded(v) => Bound::Excluded((as_key(v)?, u128::MAX)),
             Bound::Unbounded => Bound::Unbounded,
         };
         if let Some((k, id)) = after {
-            let cursor = (as_key(k)?, id.to_string());
+            let cursor = (as_key(k)?, cursor_num(id)?);
             let past = match &start {
                 Bound::Included(s) | Bound::Excluded(s) => cursor >= *s,
                 Bound::Unbounded => true,
@@ -739,13 +741,13 @@ impl Collection {
             }
         }
         let end = match upper {
-            Bound::Included(v) => Bound::Included((as_key(v)?, "~".to_string())),
-            Bound::Excluded(v) => Bound::Excluded((as_key(v)?, String::new())),
+            Bound::Included(v) => Bound::Included((as_key(v)?, u128::MAX)),
+            Bound::Excluded(v) => Bound::Excluded((as_key(v)?, 0)),
             Bound::Unbounded => Bound::Unbounded,
         };
         let mut out = Vec::new();
         while out.len() < limit && nonempty(&start, &end) {
-            let batch: Vec<(IndexKey, Id)> = self
+            let batch: Vec<(IndexKey, index::IdNum)> = self
                 .indexed(field)?
                 .range((start.clone(), end.clone()))
                 .take(limit.max(16))
@@ -755,6 +757,7 @@ impl Collection {
                 break;
             };
             for (key, id) in batch {
+                let id = id::from_u128(id);
                 if let Some(doc) = self.get(&id)? {
                     if index::keys_of(&doc, field).contains(&key) {
                         out.push(Hit {
@@ -879,6 +882,11 @@ impl Collection {
         drop(self.lock);
         Ok(())
     }
+}
+
+/// A cursor id as the indexes hold it.
+fn cursor_num(id: &str) -> Result<index::IdNum> {
+    id::to_u128(id).ok_or_else(|| DocError::BadId { id: id.to_string() })
 }
 
 /// Whether `start..end` holds anything (and `BTreeSet::range` accepts it:
@@ -1543,7 +1551,10 @@ mod tests {
         );
         c.close().unwrap();
         let mut c = Collection::open(dir.path()).unwrap();
-        assert_eq!(find_all(&mut c, "colour", &json!("blue"), 5), vec![a, b]);
+        assert_eq!(
+            find_all(&mut c, "colour", &json!("blue"), 5),
+            vec![a.clone(), b]
+        );
         assert!(c.recovery().rebuilt_because.is_some());
         // A cursor past the end of a range is an empty page, not a panic.
         let page = c
@@ -1551,7 +1562,7 @@ mod tests {
                 "colour",
                 Bound::Unbounded,
                 Bound::Excluded(&json!("blue")),
-                Some((&json!("blue"), "")),
+                Some((&json!("blue"), a.as_str())),
                 10,
             )
             .unwrap();

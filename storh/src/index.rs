@@ -26,7 +26,7 @@
 
 use crate::id::{self, Id};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 /// The journal's file name in the collection directory.
 pub const JOURNAL: &str = "index.log";
@@ -121,15 +121,19 @@ pub fn keys_of(doc: &Value, field: &str) -> Vec<IndexKey> {
     keys
 }
 
+/// An id as the indexes hold it ([`id::to_u128`]).
+pub type IdNum = u128;
+
 /// The indexes of one collection, in memory.
 #[derive(Debug, Default)]
 pub struct IndexState {
     fields: Vec<String>,
-    ids: BTreeSet<Id>,
-    by_key: BTreeMap<String, BTreeSet<(IndexKey, Id)>>,
-    /// Each record's entries, so a rewrite can drop them without reading
-    /// the old file.
-    entries_of: HashMap<Id, Vec<(String, IndexKey)>>,
+    ids: BTreeSet<IdNum>,
+    /// Per field (in `fields` order), its `(key, id)` entries.
+    by_key: Vec<BTreeSet<(IndexKey, IdNum)>>,
+    /// Each record's entries (field position, key), so a rewrite can drop
+    /// them without reading the old file.
+    entries_of: HashMap<IdNum, Vec<(usize, IndexKey)>>,
 }
 
 /// What reading a journal gave.
@@ -146,10 +150,7 @@ impl IndexState {
     pub fn new(fields: &[String]) -> IndexState {
         IndexState {
             fields: fields.to_vec(),
-            by_key: fields
-                .iter()
-                .map(|f| (f.clone(), BTreeSet::new()))
-                .collect(),
+            by_key: fields.iter().map(|_| BTreeSet::new()).collect(),
             ..IndexState::default()
         }
     }
@@ -158,52 +159,58 @@ impl IndexState {
         &self.fields
     }
 
-    pub fn ids(&self) -> &BTreeSet<Id> {
+    pub fn ids(&self) -> &BTreeSet<IdNum> {
         &self.ids
     }
 
     /// The `(key, id)` entries of `field`, if it is indexed.
-    pub fn entries(&self, field: &str) -> Option<&BTreeSet<(IndexKey, Id)>> {
-        self.by_key.get(field)
+    pub fn entries(&self, field: &str) -> Option<&BTreeSet<(IndexKey, IdNum)>> {
+        let at = self.fields.iter().position(|f| f == field)?;
+        self.by_key.get(at)
     }
 
     /// Makes the state say what the file of `id` says: `None` if it does
     /// not exist, `Some(None)` if it exists but does not parse (listed,
     /// with no entries), `Some(Some(doc))` otherwise.
+    /// (An `id` that is not canonical is never a record: ignored.)
     pub fn set_record(&mut self, id: &str, record: Option<Option<&Value>>) {
+        let Some(n) = id::to_u128(id) else { return };
+        self.set_record_num(n, record);
+    }
+
+    fn set_record_num(&mut self, id: IdNum, record: Option<Option<&Value>>) {
         self.drop_entries(id);
         match record {
             None => {
-                self.ids.remove(id);
+                self.ids.remove(&id);
             }
             Some(doc) => {
-                self.ids.insert(id.to_string());
+                self.ids.insert(id);
                 if let Some(doc) = doc {
-                    for (field, key) in entries_of_doc(&self.fields, doc) {
-                        self.add_entry(id, field, key);
+                    for at in 0..self.fields.len() {
+                        for key in keys_of(doc, &self.fields[at]) {
+                            self.add_entry(id, at, key);
+                        }
                     }
                 }
             }
         }
     }
 
-    fn drop_entries(&mut self, id: &str) {
-        if let Some(entries) = self.entries_of.remove(id) {
-            for (field, key) in entries {
-                if let Some(set) = self.by_key.get_mut(&field) {
-                    set.remove(&(key, id.to_string()));
+    fn drop_entries(&mut self, id: IdNum) {
+        if let Some(entries) = self.entries_of.remove(&id) {
+            for (at, key) in entries {
+                if let Some(set) = self.by_key.get_mut(at) {
+                    set.remove(&(key, id));
                 }
             }
         }
     }
 
-    fn add_entry(&mut self, id: &str, field: String, key: IndexKey) {
-        if let Some(set) = self.by_key.get_mut(&field) {
-            set.insert((key.clone(), id.to_string()));
-            self.entries_of
-                .entry(id.to_string())
-                .or_default()
-                .push((field, key));
+    fn add_entry(&mut self, id: IdNum, at: usize, key: IndexKey) {
+        if let Some(set) = self.by_key.get_mut(at) {
+            set.insert((key.clone(), id));
+            self.entries_of.entry(id).or_default().push((at, key));
         }
     }
 
@@ -211,12 +218,13 @@ impl IndexState {
     /// per record).
     pub fn snapshot(&self) -> String {
         let mut out = header(&self.fields);
-        for id in &self.ids {
+        for &n in &self.ids {
+            let id = id::from_u128(n);
             out.push('+');
-            out.push_str(id);
+            out.push_str(&id);
             out.push('\n');
-            for (field, key) in self.entries_of.get(id).into_iter().flatten() {
-                push_entry(&mut out, id, field, key);
+            for (at, key) in self.entries_of.get(&n).into_iter().flatten() {
+                push_entry(&mut out, &id, &self.fields[*at], key);
             }
         }
         out
@@ -257,15 +265,16 @@ impl IndexState {
                     .ok()
                     .and_then(|v| IndexKey::of(&v))
                     .ok_or_else(bad)?;
-                if !id::is_canonical(id) || !state.by_key.contains_key(field) {
-                    return Err(bad());
-                }
-                state.add_entry(id, field.to_string(), key);
+                let id = id::to_u128(id).ok_or_else(bad)?;
+                let at = state
+                    .fields
+                    .iter()
+                    .position(|f| f == field)
+                    .ok_or_else(bad)?;
+                state.add_entry(id, at, key);
                 continue;
             }
-            if !id::is_canonical(rest) {
-                return Err(bad());
-            }
+            let id = id::to_u128(rest).ok_or_else(bad)?;
             match op {
                 "?" => {
                     unfinished.insert(rest.to_string());
@@ -273,11 +282,11 @@ impl IndexState {
                 "!" => {
                     unfinished.remove(rest);
                 }
-                "*" => state.drop_entries(rest),
+                "*" => state.drop_entries(id),
                 "+" => {
-                    state.ids.insert(rest.to_string());
+                    state.ids.insert(id);
                 }
-                "-" => state.set_record(rest, None),
+                "-" => state.set_record_num(id, None),
                 _ => return Err(bad()),
             }
         }
@@ -289,7 +298,7 @@ impl IndexState {
     }
 }
 
-/// Every `(field, key)` entry `doc` has under `fields`.
+/// Every `(field, key)` entry `doc` has under `fields` (for journal lines).
 fn entries_of_doc(fields: &[String], doc: &Value) -> Vec<(String, IndexKey)> {
     fields
         .iter()
@@ -394,7 +403,8 @@ mod tests {
         let r = IndexState::replay(&text, &fields).unwrap();
         assert_eq!(r.unfinished.iter().collect::<Vec<_>>(), vec![b]);
         let entries: Vec<_> = r.state.entries("n").unwrap().iter().cloned().collect();
-        assert_eq!(entries, vec![(IndexKey::of(&json!(2)).unwrap(), a.into())]);
+        let a_num = id::to_u128(a).unwrap();
+        assert_eq!(entries, vec![(IndexKey::of(&json!(2)).unwrap(), a_num)]);
         // A snapshot says the same in fewer lines.
         let again = IndexState::replay(&r.state.snapshot(), &fields).unwrap();
         assert_eq!(
