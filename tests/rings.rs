@@ -275,6 +275,56 @@ fn dead_producer_reservation_is_skipped_and_counted() {
     assert_eq!(ledger.seen["a"], vec![0, 1, 2, 3]);
 }
 
+/// A word inside a dead, unstamped record that looks like the next
+/// record's state word (as a stale record's pid/tid word can) is passed
+/// over: the reader finds the real next record by its checksum.
+#[test]
+fn a_look_alike_state_word_in_a_dead_record_is_passed_over() {
+    use eventd::rings::format::{RecordState, STATE_COMMITTED};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring(dir.path(), 4096, 8);
+    ring.emit(&event("a:0")).unwrap();
+    let g = ring.geometry();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring.path())
+        .unwrap();
+    let word_at = |index: usize| {
+        let mut b = [0u8; 8];
+        file.read_exact_at(&mut b, index as u64 * 8).unwrap();
+        u64::from_le_bytes(b)
+    };
+    // Where the dead record will start: right after a:0 (seq 1).
+    let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+    assert_eq!(first.seq_low, 1);
+    let dead_at = first.words;
+    ring.reserve_and_die_for_tests(10, false);
+    // Inside the dead record, a committed-looking state word naming seq 3
+    // (the next record's number) with a plausible length.
+    let fake = RecordState {
+        seq_low: 3,
+        words: 8,
+        state: STATE_COMMITTED,
+    }
+    .pack();
+    file.write_all_at(&fake.to_le_bytes(), g.data_index(0, dead_at + 6) as u64 * 8)
+        .unwrap();
+    ring.emit(&event("a:1")).unwrap();
+    let mut reader = RingReader::new(ring.clone());
+    let mut ledger = Ledger::new();
+    let start = Instant::now();
+    while ledger.next_seq < 4 {
+        ledger.drain(&mut reader);
+        reader.wait(Some(Duration::from_millis(50)));
+        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
+    }
+    assert_eq!(ledger.seen["a"], vec![0, 1], "{:?}", ledger.lost);
+    assert_eq!(ledger.lost["abandoned"], 1);
+    assert_eq!(ledger.lost.get("corrupt"), None);
+}
+
 #[test]
 fn a_reader_far_behind_resyncs_instead_of_waiting() {
     // Slot 0 ends up holding a ticket 2^23 pages later: its 24-bit ticket

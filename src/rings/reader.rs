@@ -23,10 +23,11 @@
 //! - **Abandoned**: a record reserved and not committed within
 //!   [`STALL_BOUND_MS`] (its producer died). The reader marks it abandoned so a
 //!   producer that was only slow cannot commit it later, and steps over it. If
-//!   even its length was never written, the reader finds the next record by
-//!   its state word (the only one naming the next sequence) and loses just
-//!   the dead one; with no such record, the rest of the page is skipped once
-//!   the page is sealed (its successor's first sequence gives the count).
+//!   even its length was never written, the reader looks further in the page
+//!   for a committed record naming the next sequence that passes its
+//!   checksum, and loses just the dead one; with no such record, the rest of
+//!   the page is skipped once the page is sealed (its successor's first
+//!   sequence gives the count).
 //! - **Corrupt**: a record whose header or checksum is wrong.
 //!
 //! Every loop is bounded: a scribbled ring yields losses and `None`s, never a
@@ -479,34 +480,40 @@ impl RingReader {
     }
 
     /// The offset of the record after an unstamped one (whose length is
-    /// unknown), found by its state word: the only word in the page that
-    /// names the next sequence number, since older laps hold lower ones.
-    /// Whatever is found is checked like any record before it is trusted
-    /// (the copy's re-reads and its checksum), and sequence accounting is
-    /// by index, so a false match costs that record, never the count.
-    fn find_following_record(&self) -> Option<u32> {
+    /// unknown): the first place in the page holding a committed record
+    /// that names the next sequence number and passes its checksum. Older
+    /// laps hold lower numbers, and a word inside a stale record that only
+    /// looks like such a state word fails the checksum, so the scan goes
+    /// on past it. A next record still being written is not taken: the
+    /// scan runs again at the next step. The found record is then read
+    /// like any other (its re-reads and checksum again).
+    fn find_following_record(&mut self) -> Option<u32> {
         let g = self.ring.geometry;
         let data_words = g.data_words();
-        let want = (self.next_seq() + 1) & SEQ_LOW_MASK;
+        let want = self.next_seq().wrapping_add(1) & SEQ_LOW_MASK;
         let first = self.offset + RECORD_HEADER_WORDS as u32;
         let last = data_words.checked_sub(RECORD_HEADER_WORDS as u32)?;
-        (first..=last).find(|&offset| {
-            // Relaxed: only a hint; `read_record` loads it again with
-            // Acquire before reading anything it guards.
-            let word = self
-                .ring
-                .mem
-                .word(g.data_index(self.ticket, offset) + R_STATE)
-                .load(Ordering::Relaxed);
+        for offset in first..=last {
+            let base = g.data_index(self.ticket, offset);
+            // Acquire: pairs with the producer's Release commit, so the
+            // copy below sees the body that was committed.
+            let word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
             let state = RecordState::unpack(word);
-            state.seq_low == want
-                && matches!(
-                    state.state,
-                    STATE_RESERVED | STATE_COMMITTED | STATE_ABANDONED
-                )
-                && state.words as usize >= RECORD_HEADER_WORDS
-                && offset + state.words <= data_words
-        })
+            if state.seq_low != want
+                || state.state != STATE_COMMITTED
+                || (state.words as usize) < RECORD_HEADER_WORDS
+                || offset + state.words > data_words
+            {
+                continue;
+            }
+            self.buf.clear();
+            self.buf.resize(state.words as usize, 0);
+            self.ring.mem.copy_words(base, &mut self.buf);
+            if self.buf[R_STATE] == word && validate(&self.buf).is_ok() {
+                return Some(offset);
+            }
+        }
+        None
     }
 
     fn copy_record(&mut self, meta_word: u64, state_word: u64, base: usize, words: u32) -> Step {
