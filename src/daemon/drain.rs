@@ -114,10 +114,10 @@ impl DrainThread {
             let at = self.reader.position();
             self.send_gap(gap, at)?;
         }
-        // Relaxed: the flag only asks the loop to end; nothing is published
-        // through it.
         // Events since the drain last waited, and naps since the last one.
         let (mut streak, mut naps) = (0u32, 0u32);
+        // Relaxed: the flag only asks the loop to end; nothing is published
+        // through it.
         while !self.stop.load(Ordering::Relaxed) {
             let Some((item, after)) = self.reader.poll_with_position() else {
                 if streak >= STEADY_EVENTS && naps < NAPS_BEFORE_WAIT {
