@@ -207,18 +207,25 @@ fn execute(cli: &Cli) -> Result<i32> {
             }
         }
         Command::Stream { after, limit } => with_collection(dir, |c| {
+            // A record that cannot be read is named on stderr and the walk
+            // goes on; the exit status says some were.
             let mut cursor = after.clone();
             let mut left = limit.unwrap_or(usize::MAX);
+            let mut bad = 0;
             while left > 0 {
-                let page = c.stream(cursor.as_deref(), left.min(1000))?;
-                let Some((last, _)) = page.last() else { break };
-                cursor = Some(last.clone());
-                left -= page.len();
-                for (id, doc) in page {
+                let page = c.stream_page(cursor.as_deref(), left.min(1000))?;
+                let Some(last) = page.last else { break };
+                cursor = Some(last);
+                left = left.saturating_sub(page.records.len() + page.bad.len());
+                for (id, doc) in page.records {
                     print_line(&json!({ "id": id, "doc": doc }));
                 }
+                for f in page.bad {
+                    eprintln!("storh: {}: {}", f.path.display(), f.reason);
+                    bad += 1;
+                }
             }
-            Ok(0)
+            Ok(if bad == 0 { 0 } else { 1 })
         }),
         Command::Find {
             field,

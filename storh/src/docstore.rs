@@ -115,6 +115,16 @@ pub struct Hit {
     pub doc: Value,
 }
 
+/// One page of [`Collection::stream_page`].
+#[derive(Debug, Clone, Default)]
+pub struct StreamPage {
+    pub records: Vec<(Id, Value)>,
+    /// Records that could not be read, with the reason.
+    pub bad: Vec<Finding>,
+    /// The cursor for the next page; `None` when this page was empty.
+    pub last: Option<Id>,
+}
+
 /// Counts from the indexes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stats {
@@ -570,6 +580,32 @@ impl Collection {
             }
         }
         Ok(out)
+    }
+
+    /// Like [`stream`](Self::stream), but a record whose file cannot be
+    /// read or parsed does not stop the walk: it is reported in the page's
+    /// `bad` list (path and reason) and the page goes on. `last` is the
+    /// cursor for the next page (the last id looked at).
+    pub fn stream_page(&mut self, after: Option<&str>, limit: usize) -> Result<StreamPage> {
+        let ids = self.list_ids(after, limit)?;
+        let mut page = StreamPage {
+            last: ids.last().cloned(),
+            ..StreamPage::default()
+        };
+        for id in ids {
+            match self.get(&id) {
+                Ok(Some(v)) => page.records.push((id, v)),
+                Ok(None) => {}
+                Err(e) => page.bad.push(Finding {
+                    path: self.path_of(&id)?,
+                    reason: match e {
+                        DocError::Json { message, .. } => format!("invalid JSONC: {message}"),
+                        other => other.to_string(),
+                    },
+                }),
+            }
+        }
+        Ok(page)
     }
 
     /// Up to `limit` record ids in order after `after`, from the id index
@@ -1567,6 +1603,49 @@ mod tests {
             )
             .unwrap();
         assert!(page.is_empty());
+        c.close().unwrap();
+    }
+
+    #[test]
+    fn a_bad_file_is_reported_and_the_stream_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Collection::open(dir.path()).unwrap();
+        let ids: Vec<Id> = (0..5)
+            .map(|i| c.insert(&json!({"i": i})).unwrap())
+            .collect();
+        let broken = c.path_of(&ids[2]).unwrap();
+        std::fs::write(&broken, "{ half").unwrap();
+        assert!(c.stream(None, 10).is_err(), "stream says what is wrong");
+        let first = c.stream_page(None, 3).unwrap();
+        assert_eq!(first.records.len(), 2);
+        assert_eq!(first.bad.len(), 1);
+        assert_eq!(first.bad[0].path, broken);
+        assert!(
+            first.bad[0].reason.contains("invalid JSONC"),
+            "{:?}",
+            first.bad
+        );
+        let rest = c.stream_page(first.last.as_deref(), 3).unwrap();
+        let got: Vec<Id> = first
+            .records
+            .iter()
+            .chain(&rest.records)
+            .map(|(id, _)| id.clone())
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ids[0].clone(),
+                ids[1].clone(),
+                ids[3].clone(),
+                ids[4].clone()
+            ]
+        );
+        assert!(c
+            .stream_page(rest.last.as_deref(), 3)
+            .unwrap()
+            .last
+            .is_none());
         c.close().unwrap();
     }
 }

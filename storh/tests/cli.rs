@@ -132,6 +132,20 @@ fn verify_names_each_bad_file_and_fails() {
     assert!(said(&bad_name).contains("not a .jsonc"), "{stdout}");
     assert_eq!(stdout.lines().count(), 3);
     assert!(String::from_utf8_lossy(&out.stderr).contains("1 good records, 3 problems"));
+    // After a reindex the bad record is listed; `stream` names it and goes
+    // on with the good one.
+    ok(dir, &["reindex"]);
+    let out = storh(dir, &["stream"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        ids(&String::from_utf8(out.stdout).unwrap()),
+        vec![good.clone()]
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&bad_json.display().to_string()) && err.contains("invalid JSONC"),
+        "{err}"
+    );
 }
 
 #[test]
