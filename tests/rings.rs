@@ -225,6 +225,18 @@ fn threads_emit_while_reader_sleeps_and_drains() {
     assert_eq!(ledger.next_seq, emitted + 1);
 }
 
+/// Reads until the ledger has accounted for every sequence number below
+/// `next_seq` (a dead producer's record holds the reader for the stall
+/// bound first); fails after 5 s.
+fn drain_to(reader: &mut RingReader, ledger: &mut Ledger, next_seq: u64) {
+    let start = Instant::now();
+    while ledger.next_seq < next_seq {
+        ledger.drain(reader);
+        reader.wait(Some(Duration::from_millis(50)));
+        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
+    }
+}
+
 #[test]
 fn dead_producer_reservation_is_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -236,12 +248,7 @@ fn dead_producer_reservation_is_skipped_and_counted() {
     ring.emit(&event("a:1")).unwrap();
     let mut reader = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
-    let start = Instant::now();
-    while ledger.next_seq < 4 {
-        ledger.drain(&mut reader);
-        reader.wait(Some(Duration::from_millis(50)));
-        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
-    }
+    drain_to(&mut reader, &mut ledger, 4);
     assert_eq!(ledger.delivered, 2);
     assert_eq!(ledger.lost["abandoned"], 1);
     // A reservation without even a state word: its length is unknown, but
@@ -249,24 +256,14 @@ fn dead_producer_reservation_is_skipped_and_counted() {
     // the reader finds it and loses only the dead one.
     ring.reserve_and_die_for_tests(10, false);
     ring.emit(&event("a:2")).unwrap();
-    let start = Instant::now();
-    while ledger.next_seq < 6 {
-        ledger.drain(&mut reader);
-        reader.wait(Some(Duration::from_millis(50)));
-        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
-    }
+    drain_to(&mut reader, &mut ledger, 6);
     assert_eq!(ledger.lost["abandoned"], 2);
     assert_eq!(ledger.seen["a"], vec![0, 1, 2]);
     // The same with nothing after it: with no more traffic to fill the
     // page, the reader closes the page itself after the bound and reports
     // the rest of it (the dead record) as lost.
     ring.reserve_and_die_for_tests(10, false);
-    let start = Instant::now();
-    while ledger.next_seq < 7 {
-        ledger.drain(&mut reader);
-        reader.wait(Some(Duration::from_millis(50)));
-        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
-    }
+    drain_to(&mut reader, &mut ledger, 7);
     assert_eq!(ledger.lost["abandoned"], 3);
     // The ring goes on in the next page.
     ring.emit(&event("a:3")).unwrap();
@@ -314,12 +311,7 @@ fn a_look_alike_state_word_in_a_dead_record_is_passed_over() {
     ring.emit(&event("a:1")).unwrap();
     let mut reader = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
-    let start = Instant::now();
-    while ledger.next_seq < 4 {
-        ledger.drain(&mut reader);
-        reader.wait(Some(Duration::from_millis(50)));
-        assert!(start.elapsed() < Duration::from_secs(5), "reader stuck");
-    }
+    drain_to(&mut reader, &mut ledger, 4);
     assert_eq!(ledger.seen["a"], vec![0, 1], "{:?}", ledger.lost);
     assert_eq!(ledger.lost["abandoned"], 1);
     assert_eq!(ledger.lost.get("corrupt"), None);
