@@ -93,6 +93,25 @@ fn sigterm(child: &mut Child) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts a daemon with its stdout discarded and its stderr in `log`, and
+/// waits for each of its `sockets` to appear; `what` names it in errors.
+fn start_logged(
+    cmd: &mut Command,
+    log: &Path,
+    what: &str,
+    sockets: &[PathBuf],
+) -> anyhow::Result<Child> {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log)?)
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    for socket in sockets {
+        wait_for_socket(socket, &mut child, log)?;
+    }
+    Ok(child)
+}
+
 fn wait_for_socket(path: &Path, child: &mut Child, log: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !path.exists() {
@@ -146,14 +165,12 @@ fn start_eventd(binary: &Path, dir: &Path, config: Option<&Path>) -> anyhow::Res
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
-    let mut child = cmd
-        .arg("--data-dir")
-        .arg(&data)
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
-    wait_for_socket(&data.join("run/query.sock"), &mut child, &log)?;
-    wait_for_socket(&data.join("run/syslog.sock"), &mut child, &log)?;
+    let child = start_logged(
+        cmd.arg("--data-dir").arg(&data),
+        &log,
+        &binary.display().to_string(),
+        &[data.join("run/query.sock"), data.join("run/syslog.sock")],
+    )?;
     Ok(Eventd { child, data })
 }
 
@@ -232,17 +249,17 @@ fn start_rsyslog(dir: &Path) -> anyhow::Result<Rsyslog> {
         ),
     )?;
     let log = dir.join("rsyslogd.log");
-    let mut child = Command::new("rsyslogd")
-        .arg("-n")
-        .arg("-f")
-        .arg(&conf)
-        .arg("-i")
-        .arg(dir.join("rsyslogd.pid"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting rsyslogd")?;
-    wait_for_socket(&dir.join("log.sock"), &mut child, &log)?;
+    let child = start_logged(
+        Command::new("rsyslogd")
+            .arg("-n")
+            .arg("-f")
+            .arg(&conf)
+            .arg("-i")
+            .arg(dir.join("rsyslogd.pid")),
+        &log,
+        "rsyslogd",
+        &[dir.join("log.sock")],
+    )?;
     Ok(Rsyslog {
         child,
         dir: dir.to_path_buf(),
@@ -327,8 +344,8 @@ fn start_journald(dir: &Path) -> anyhow::Result<Journald> {
         b = binary.display()
     );
     let log = dir.join("journald.log");
-    let mut child = Command::new("unshare")
-        .args([
+    let child = start_logged(
+        Command::new("unshare").args([
             "--mount",
             "--net",
             "--fork",
@@ -336,12 +353,11 @@ fn start_journald(dir: &Path) -> anyhow::Result<Journald> {
             "sh",
             "-c",
             &script,
-        ])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting systemd-journald in private namespaces")?;
-    wait_for_socket(&dir.join("run/dev-log"), &mut child, &log)?;
+        ]),
+        &log,
+        "systemd-journald in private namespaces",
+        &[dir.join("run/dev-log")],
+    )?;
     Ok(Journald {
         child,
         dir: dir.to_path_buf(),
@@ -498,8 +514,8 @@ fn start_syslog_ng(dir: &Path, root: &Path) -> anyhow::Result<SyslogNg> {
     )?;
     let lib = |p: &str| root.join(p).display().to_string();
     let log = dir.join("syslog-ng.log");
-    let mut child = Command::new(&binary)
-        .arg("-F")
+    let mut cmd = Command::new(&binary);
+    cmd.arg("-F")
         .arg("-f")
         .arg(&conf)
         .arg(format!("--module-path={}", lib("usr/lib/syslog-ng/3.38")))
@@ -518,12 +534,8 @@ fn start_syslog_ng(dir: &Path, root: &Path) -> anyhow::Result<SyslogNg> {
                 lib("usr/lib/syslog-ng"),
                 lib("lib/x86_64-linux-gnu")
             ),
-        )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .context("starting syslog-ng")?;
-    wait_for_socket(&dir.join("log.sock"), &mut child, &log)?;
+        );
+    let child = start_logged(&mut cmd, &log, "syslog-ng", &[dir.join("log.sock")])?;
     Ok(SyslogNg {
         child,
         dir: dir.to_path_buf(),

@@ -320,8 +320,8 @@ fn verify(dir: &Path) -> Result<i32> {
             }
             ok
         }
-        Kind::Log | Kind::Queue => {
-            let files = if kind(dir)? == Kind::Log {
+        k @ (Kind::Log | Kind::Queue) => {
+            let files = if k == Kind::Log {
                 segment_files(dir)?
             } else {
                 vec![dir.join("queue.log")]

@@ -670,13 +670,27 @@ impl Collection {
         &mut self,
         field: &str,
     ) -> Result<&std::collections::BTreeSet<(IndexKey, index::IdNum)>> {
-        let indexed = self.fields.clone();
-        self.index()?
-            .entries(field)
-            .ok_or_else(|| DocError::NotIndexed {
-                field: field.to_string(),
-                indexed,
-            })
+        let state = self.index()?;
+        state.entries(field).ok_or_else(|| DocError::NotIndexed {
+            field: field.to_string(),
+            indexed: state.fields().to_vec(),
+        })
+    }
+
+    /// Record `id` with its text id, if its file still has `key` under
+    /// `field`: the file decides, an index entry never overrides what the
+    /// record says now.
+    fn checked(
+        &self,
+        field: &str,
+        key: &IndexKey,
+        id: index::IdNum,
+    ) -> Result<Option<(Id, Value)>> {
+        let id = id::from_u128(id);
+        Ok(self
+            .get(&id)?
+            .filter(|doc| index::keys_of(doc, field).contains(key))
+            .map(|doc| (id, doc)))
     }
 
     /// Up to `limit` records whose `field` equals `value` (or, for an
@@ -725,15 +739,11 @@ impl Collection {
             let Some(&last) = batch.last() else {
                 break;
             };
-            for id in batch.into_iter().map(id::from_u128) {
-                // The file decides: an entry never overrides what the
-                // record says now.
-                if let Some(doc) = self.get(&id)? {
-                    if index::keys_of(&doc, field).contains(&key) {
-                        out.push((id, doc));
-                        if out.len() == limit {
-                            break;
-                        }
+            for id in batch {
+                if let Some(hit) = self.checked(field, &key, id)? {
+                    out.push(hit);
+                    if out.len() == limit {
+                        break;
                     }
                 }
             }
@@ -793,17 +803,14 @@ impl Collection {
                 break;
             };
             for (key, id) in batch {
-                let id = id::from_u128(id);
-                if let Some(doc) = self.get(&id)? {
-                    if index::keys_of(&doc, field).contains(&key) {
-                        out.push(Hit {
-                            key: key.to_value(),
-                            id,
-                            doc,
-                        });
-                        if out.len() == limit {
-                            break;
-                        }
+                if let Some((id, doc)) = self.checked(field, &key, id)? {
+                    out.push(Hit {
+                        key: key.to_value(),
+                        id,
+                        doc,
+                    });
+                    if out.len() == limit {
+                        break;
                     }
                 }
             }
