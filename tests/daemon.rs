@@ -581,17 +581,39 @@ fn commit_sizes_since(data: &Path, since_ns: i64) -> Vec<i64> {
 fn r11_r13_configuration_reloads_live_keys_and_defers_restart_only_ones() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = config(dir.path(), "MaxBatchSize = 4096\n");
+    // The file is a symlink into a directory the watch does not see, so
+    // the first change below reaches the daemon only through SIGHUP.
+    let behind = dir.path().join("etc");
+    std::fs::create_dir(&behind).unwrap();
+    let target = config(&behind, "MaxBatchSize = 4096\n");
+    let cfg = dir.path().join("eventd.toml");
+    std::os::unix::fs::symlink(&target, &cfg).unwrap();
     let eventd = Eventd::start(&data, Some(&cfg));
-    let slots = |v: &serde_json::Value| -> Vec<u64> {
-        v["stats"]["shards"]
+    let channels = |key: &str| -> Vec<u64> {
+        eventctl_json(&data, "stats")["stats"]["shards"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|s| s["channel"]["slots"].as_u64().unwrap())
+            .map(|s| s["channel"][key].as_u64().unwrap())
             .collect()
     };
-    let before = slots(&eventctl_json(&data, "stats"));
+    let slots = channels("slots");
+
+    // An invalid file is kept out, with the reason; SIGHUP reloads.
+    std::fs::write(&target, "MaxBatchSize = 0\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let config = eventctl_json(&data, "config");
+    assert!(config["config"]["last_reload_error"].is_null(), "{config}");
+    signal(&eventd.child, libc::SIGHUP);
+    wait_until("the refusal", || {
+        eventctl_json(&data, "config")["config"]["last_reload_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("MaxBatchSize = 0"))
+    });
+    assert_eq!(
+        eventctl_json(&data, "config")["config"]["effective"]["max_batch_size"],
+        4096
+    );
 
     // A live key, written the way editors do (new file, renamed over).
     let tmp = dir.path().join("eventd.toml.new");
@@ -607,9 +629,14 @@ fn r11_r13_configuration_reloads_live_keys_and_defers_restart_only_ones() {
         "{config}"
     );
     assert_eq!(config["config"]["effective"]["storage_shards"], 0);
+    assert!(config["config"]["last_reload_error"].is_null(), "{config}");
 
-    // Commits from now on hold at most 7 items, through the same channels.
+    // Commits from now on hold at most 7 items, and the channels the
+    // daemon started with (the stats read them through handles taken at
+    // start) still carry the events: their receivers keep sleeping and
+    // waking as the batches come.
     let since = eventd::rings::now_ns();
+    let sleeps_before: u64 = channels("receiver_sleeps").iter().sum();
     let mut e = Emitter::spawn(&data, "live");
     for i in 0..3000 {
         e.send(&format!("live-{i}"));
@@ -617,21 +644,29 @@ fn r11_r13_configuration_reloads_live_keys_and_defers_restart_only_ones() {
     e.finish();
     wait_for_events(&data, 3000);
     let sizes = commit_sizes_since(&data, since);
-    assert!(!sizes.is_empty());
-    assert!(sizes.iter().all(|&n| n <= 7), "{sizes:?}");
-    assert_eq!(slots(&eventctl_json(&data, "stats")), before);
+    assert_eq!(sizes.iter().sum::<i64>(), 3000, "{sizes:?}");
+    assert_eq!(sizes.iter().max(), Some(&7), "{sizes:?}");
+    assert_eq!(channels("slots"), slots);
+    let sleeps_after: u64 = channels("receiver_sleeps").iter().sum();
+    assert!(
+        sleeps_after > sleeps_before,
+        "{sleeps_before} -> {sleeps_after}"
+    );
 
-    // An invalid file is kept out; SIGHUP reloads too.
-    std::fs::write(&cfg, "MaxBatchSize = 0\n").unwrap();
+    // Reloading the same file again logs the deferred key no second time.
     signal(&eventd.child, libc::SIGHUP);
-    wait_until("the refusal", || {
-        eventctl_json(&data, "config")["config"]["last_reload_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("MaxBatchSize = 0"))
+    wait_until("the second reload", || {
+        std::fs::read_to_string(&eventd.log)
+            .unwrap()
+            .matches("reloaded")
+            .count()
+            >= 2
     });
+    let log = std::fs::read_to_string(&eventd.log).unwrap();
     assert_eq!(
-        eventctl_json(&data, "config")["config"]["effective"]["max_batch_size"],
-        7
+        log.matches("deferred to the next restart").count(),
+        1,
+        "{log}"
     );
     eventd.stop();
 }

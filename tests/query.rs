@@ -457,6 +457,21 @@ fn access_limits_malformed_requests_and_follow() {
     let config = json_of("config");
     assert_eq!(config["config"]["effective"]["max_concurrent_queries"], 2);
 
+    // A reader that goes away before the answer (`eventctl stats | head`
+    // with head already gone) ends eventctl quietly.
+    for args in [&["stats"][..], &["stats", "--prometheus"], &["config"]] {
+        let mut child = eventctl(&data)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.is_empty(), "{args:?}: {err}");
+    }
+
     // A peer that is not root, eventd's user or in the query group is
     // refused by its credentials (the socket is opened up for the test so
     // that the connection itself succeeds).

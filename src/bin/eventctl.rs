@@ -283,13 +283,16 @@ fn report(socket: &std::path::Path, request: Request) -> anyhow::Result<()> {
     eventd::query::client::call(socket, &request, |v| {
         if let Some(e) = v.get("error") {
             failure = Some(refusal("the request", e));
-        } else if let Some(text) = v.get("metrics").and_then(|m| m.as_str()) {
-            print!("{text}");
         } else {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&v).map_err(std::io::Error::other)?
-            );
+            use std::io::Write;
+            let text = match v.get("metrics").and_then(|m| m.as_str()) {
+                Some(metrics) => metrics.to_string(),
+                None => serde_json::to_string_pretty(&v).map_err(std::io::Error::other)? + "\n",
+            };
+            std::io::stdout()
+                .lock()
+                .write_all(text.as_bytes())
+                .or_else(broken_pipe)?;
         }
         Ok(true)
     })?;

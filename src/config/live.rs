@@ -105,6 +105,11 @@ impl LiveConfig {
             tracing::warn!(change = %line, "deferred to the next restart");
         }
         state.deferred = deferred;
+        tracing::info!(
+            file = %file.display(),
+            deferred = state.deferred.len(),
+            "configuration reloaded"
+        );
     }
 }
 

@@ -2,7 +2,14 @@
 //!
 //! The directory is watched, not the file: editors and configuration
 //! managers usually write a new file and rename it over the old one, which
-//! a watch on the old file's inode would miss.
+//! a watch on the old file's inode would miss. A file is read only once it
+//! is whole: when a writer closes it, or when it is renamed into place,
+//! never when it is created (an editor that writes a fresh file would
+//! otherwise have its empty first moment applied as all-default keys).
+//!
+//! A symlinked configuration is read through the link, but only the link's
+//! own directory is watched: a change behind it (a Kubernetes ConfigMap
+//! swapping its data directory) needs SIGHUP.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -20,8 +27,8 @@ pub struct FileWatch {
 }
 
 impl FileWatch {
-    /// Calls `changed` (from the watch thread) whenever `file` is written,
-    /// created or renamed into place.
+    /// Calls `changed` (from the watch thread) whenever `file` is closed
+    /// after writing or renamed into place.
     pub fn start(file: &Path, changed: impl Fn() + Send + 'static) -> std::io::Result<FileWatch> {
         let dir = match file.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -39,7 +46,8 @@ impl FileWatch {
         // SAFETY: we own the descriptor just returned.
         let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         let c_dir = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let mask = libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_CREATE;
+        let mask =
+            libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
         // SAFETY: a valid descriptor and a NUL-terminated path.
         let wd = unsafe {
             libc::inotify_add_watch(std::os::fd::AsRawFd::as_raw_fd(&fd), c_dir.as_ptr(), mask)
@@ -51,7 +59,7 @@ impl FileWatch {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("config-watch".into())
-            .spawn(move || watch_loop(fd, &name, &flag, changed))?;
+            .spawn(move || watch_loop(fd, &dir, &name, &flag, changed))?;
         Ok(FileWatch {
             stop,
             thread: Some(thread),
@@ -68,9 +76,16 @@ impl Drop for FileWatch {
     }
 }
 
-fn watch_loop(fd: std::os::fd::OwnedFd, name: &OsStr, stop: &AtomicBool, changed: impl Fn()) {
+fn watch_loop(
+    fd: std::os::fd::OwnedFd,
+    dir: &Path,
+    name: &OsStr,
+    stop: &AtomicBool,
+    changed: impl Fn(),
+) {
     use std::os::fd::AsRawFd;
     let mut buf = vec![0u8; 16 << 10];
+    let mut dir_gone = false;
     while !stop.load(Ordering::Relaxed) {
         let mut pfd = libc::pollfd {
             fd: fd.as_raw_fd(),
@@ -86,26 +101,38 @@ fn watch_loop(fd: std::os::fd::OwnedFd, name: &OsStr, stop: &AtomicBool, changed
         if n <= 0 {
             continue;
         }
-        if names_in(&buf[..n as usize]).any(|n| n == name.as_bytes()) {
+        let events = || events_in(&buf[..n as usize]);
+        if events().any(|(_, n)| n == name.as_bytes()) {
             changed();
+        }
+        let self_gone = libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        if !dir_gone && events().any(|(mask, _)| mask & self_gone != 0) {
+            dir_gone = true;
+            tracing::warn!(
+                directory = %dir.display(),
+                "the configuration file's directory was removed or moved: \
+                 changes to the file are no longer seen; SIGHUP still reloads it"
+            );
         }
     }
 }
 
-/// The names carried by a buffer of `inotify_event` records (each a 16-byte
-/// header whose last field is the length of the NUL-padded name after it).
-fn names_in(mut buf: &[u8]) -> impl Iterator<Item = &[u8]> {
+/// The (mask, name) pairs carried by a buffer of `inotify_event` records
+/// (each a 16-byte header: watch, mask, cookie, then the length of the
+/// NUL-padded name after it; events on the directory itself have no name).
+fn events_in(mut buf: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
     const HEADER: usize = 16;
     std::iter::from_fn(move || {
         if buf.len() < HEADER {
             return None;
         }
+        let mask = u32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
         let len = u32::from_ne_bytes([buf[12], buf[13], buf[14], buf[15]]) as usize;
         let end = HEADER.checked_add(len).filter(|&e| e <= buf.len())?;
         let raw = &buf[HEADER..end];
         buf = &buf[end..];
         let name_len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-        Some(&raw[..name_len])
+        Some((mask, &raw[..name_len]))
     })
 }
 
@@ -127,9 +154,12 @@ mod tests {
             padded.resize(16, 0);
             buf.extend_from_slice(&padded);
         }
-        let names: Vec<&[u8]> = names_in(&buf).collect();
-        assert_eq!(names, [b"a.toml".as_slice(), b"eventd.toml".as_slice()]);
-        assert_eq!(names_in(&buf[..40]).count(), 1);
+        let names: Vec<(u32, &[u8])> = events_in(&buf).collect();
+        assert_eq!(
+            names,
+            [(8, b"a.toml".as_slice()), (8, b"eventd.toml".as_slice())]
+        );
+        assert_eq!(events_in(&buf[..40]).count(), 1);
     }
 
     #[test]
@@ -150,6 +180,34 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         while seen.load(Ordering::Relaxed) == 0 {
             assert!(Instant::now() < deadline, "no change seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watch);
+    }
+
+    #[test]
+    fn a_new_file_is_read_only_once_its_writer_closes_it() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eventd.toml");
+        std::fs::write(&file, "MaxBatchSize = 1\n").unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let watch = FileWatch::start(&file, move || {
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        // As an editor that moves the old file aside and writes a new one.
+        std::fs::rename(&file, dir.path().join("eventd.toml~")).unwrap();
+        let mut new = std::fs::File::create(&file).unwrap();
+        new.write_all(b"MaxBatchSize = ").unwrap();
+        std::thread::sleep(Duration::from_millis(3 * POLL_MS as u64));
+        assert_eq!(seen.load(Ordering::Relaxed), 0, "read while still open");
+        new.write_all(b"2\n").unwrap();
+        drop(new);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the close was not seen");
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(watch);

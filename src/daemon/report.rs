@@ -83,6 +83,7 @@ fn stats(state: &DaemonState) -> Value {
                     "occupied_slots": c.occupied_slots,
                     "occupied_bytes": c.occupied_bytes,
                     "full_stalls": c.full_stalls,
+                    "receiver_sleeps": c.receiver_sleeps,
                 },
             })
         })
