@@ -17,6 +17,10 @@ use std::time::Duration;
 
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
 const PER_PHASE: i64 = 3000;
+/// Events just over and just under the age limit, MARGIN_NS from it (the
+/// test runs well within that time, so none crosses it meanwhile).
+const EDGE: i64 = 500;
+const MARGIN_NS: i64 = 180 * 1_000_000_000;
 
 fn count(c: &Connection, sql: &str) -> i64 {
     c.query_row(sql, [], |r| r.get(0)).unwrap()
@@ -53,15 +57,15 @@ fn messages(data: &Path) -> BTreeSet<String> {
     all
 }
 
-/// Emits one phase of events with timestamps `base + i ms`; messages are
-/// `"{phase}-{i:04}"` padded to 400 bytes, into the rings of every CPU in
-/// turn. Waits for each thousand to be
-/// stored so that no ring laps.
-fn emit_phase(data: &Path, phase: &str, base_ns: i64, stored_before: u64) {
+/// Emits `count` events of one phase with timestamps `base + i ms`;
+/// messages are `"{phase}-{i:04}"` padded to 400 bytes, into the rings of
+/// every CPU in turn. Waits for each thousand to be stored so that no ring
+/// laps.
+fn emit_phase(data: &Path, phase: &str, base_ns: i64, count: i64, stored_before: u64) {
     let emitter = Emitter::open(data.join("kmes")).unwrap();
     // Every ring in turn, so that every shard gets some.
     let cpus = online_cpus();
-    for i in 0..PER_PHASE {
+    for i in 0..count {
         let message = format!("{:<400}", format!("{phase}-{i:04}"));
         let event = Event {
             ts_ns: base_ns + i * 1_000_000,
@@ -76,9 +80,53 @@ fn emit_phase(data: &Path, phase: &str, base_ns: i64, stored_before: u64) {
         };
         let cpu = cpus[i as usize % cpus.len()];
         emitter.ring(cpu).unwrap().emit(&event).unwrap();
-        if i % 1000 == 999 {
+        if i % 1000 == 999 || i == count - 1 {
             wait_for_events(data, stored_before + i as u64 + 1);
         }
+    }
+}
+
+/// Events of the present, emitted every few milliseconds while retention
+/// works, so that it runs beside a writer that has work.
+struct Live {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<i64>,
+}
+
+impl Live {
+    fn start(data: &Path) -> Live {
+        let stop = Arc::new(AtomicBool::new(false));
+        let emitter = Emitter::open(data.join("kmes")).unwrap();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let cpus = online_cpus();
+            let mut sent = 0;
+            while !flag.load(Ordering::Relaxed) {
+                let message = format!("live-{sent:05}");
+                let event = Event {
+                    ts_ns: now_ns(),
+                    pid: 1,
+                    tid: 1,
+                    uid: 0,
+                    level: Level::Info,
+                    provider: "retention-test",
+                    name: "live",
+                    message: &message,
+                    fields: "",
+                };
+                let cpu = cpus[sent as usize % cpus.len()];
+                emitter.ring(cpu).unwrap().emit(&event).unwrap();
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            sent
+        });
+        Live { stop, thread }
+    }
+
+    fn finish(self) -> i64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
@@ -124,10 +172,20 @@ impl Queries {
         Queries { stop, done, thread }
     }
 
+    fn ran(&self) -> u64 {
+        self.done.load(Ordering::Relaxed)
+    }
+
     fn finish(self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !self.thread.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "a query hung");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let ran = self.ran();
         self.thread.join().expect("a concurrent query failed");
-        self.done.load(Ordering::Relaxed)
+        ran
     }
 }
 
@@ -138,12 +196,21 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     let cfg = config(dir.path(), "StorageShards = 4\n");
     let fast = ["--retention-interval-ms", "200"];
 
-    // Four shards get old (30 days), middle-aged (2 hours) and new events.
+    // Four shards get old (30 days), just over and just under a day,
+    // middle-aged (2 hours) and new events.
     let now = now_ns();
     let eventd = Eventd::start_with(&data, Some(&cfg), &fast);
-    emit_phase(&data, "old", now - 30 * DAY_NS, 0);
-    emit_phase(&data, "mid", now - DAY_NS / 12, PER_PHASE as u64);
-    emit_phase(&data, "new", now - 60_000_000_000, 2 * PER_PHASE as u64);
+    let mut stored = 0;
+    for (phase, base, count) in [
+        ("old", now - 30 * DAY_NS, PER_PHASE),
+        ("over", now - DAY_NS - MARGIN_NS, EDGE),
+        ("under", now - DAY_NS + MARGIN_NS, EDGE),
+        ("mid", now - DAY_NS / 12, PER_PHASE),
+        ("new", now - 60_000_000_000, PER_PHASE),
+    ] {
+        emit_phase(&data, phase, base, count, stored);
+        stored += count as u64;
+    }
     eventd.stop();
 
     // Two shards now: shards 2 and 3 are historical, with old events too.
@@ -152,20 +219,35 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     let old_in = |data: &Path| -> Vec<i64> {
         shards(data)
             .iter()
-            .map(|(_, c)| count(c, "SELECT count(*) FROM events WHERE name = 'old'"))
+            .map(|(_, c)| {
+                count(
+                    c,
+                    "SELECT count(*) FROM events WHERE name IN ('old', 'over')",
+                )
+            })
             .collect()
     };
     let before = old_in(&data);
     assert_eq!(before.len(), 4);
     assert!(before.iter().all(|&n| n > 0), "{before:?}");
-    let receipts = |data: &Path| -> i64 {
-        shards(data)
-            .iter()
-            .map(|(_, c)| count(c, "SELECT count(*) FROM receipts"))
-            .sum()
+    // Every receipt row, as (epoch, cpu, first, last).
+    let receipts = |data: &Path| -> BTreeSet<(i64, i64, i64, i64)> {
+        let mut all = BTreeSet::new();
+        for (_, c) in shards(data) {
+            let mut stmt = c
+                .prepare("SELECT ring_epoch, cpu, first_seq, last_seq FROM receipts")
+                .unwrap();
+            all.extend(
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .unwrap()
+                    .map(|r| r.unwrap()),
+            );
+        }
+        all
     };
     let receipts_before = receipts(&data);
     let queries = Queries::start(&data);
+    let live = Live::start(&data);
 
     // Age: everything older than a day goes, from every shard.
     write_config(&cfg, "StorageShards = 2\nRetentionMaxAge = \"1d\"\n");
@@ -175,12 +257,9 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
         std::thread::sleep(Duration::from_millis(100));
     }
     let left = messages(&data);
-    for phase in ["mid", "new"] {
-        let n = left.iter().filter(|m| m.starts_with(phase)).count();
-        assert_eq!(
-            n as i64, PER_PHASE,
-            "{phase} events are newer than the limit"
-        );
+    for (phase, n) in [("under", EDGE), ("mid", PER_PHASE), ("new", PER_PHASE)] {
+        let kept = left.iter().filter(|m| m.starts_with(phase)).count();
+        assert_eq!(kept as i64, n, "{phase} events are newer than the limit");
     }
     for (path, c) in &shards(&data) {
         assert!(
@@ -189,10 +268,16 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
             path.display()
         );
     }
-    // The rings still exist: their receipts were all kept.
-    assert_eq!(receipts(&data), receipts_before);
+    // The rings still exist: their receipts were all kept (the live
+    // events add more).
+    assert!(receipts(&data).is_superset(&receipts_before));
     let stats = eventctl_json(&data, "stats")["stats"]["retention"].clone();
-    assert_eq!(stats["events_deleted"], PER_PHASE, "{stats}");
+    assert_eq!(stats["events_deleted"], PER_PHASE + EDGE, "{stats}");
+    let ran_by_age = queries.ran();
+    assert!(
+        ran_by_age >= 2,
+        "queries while deleting by age: {ran_by_age}"
+    );
 
     // Size: the store must shrink to 55 % of its pages in use; the oldest
     // events go first, whatever shard holds them.
@@ -219,10 +304,11 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     };
     let seen = passes(&data);
     wait_until("two more passes", || passes(&data) >= seen + 2);
-    let left = messages(&data);
-    let by_age: Vec<String> = ["mid", "new"]
+    let mut left = messages(&data);
+    left.retain(|m| !m.starts_with("live"));
+    let by_age: Vec<String> = [("under", EDGE), ("mid", PER_PHASE), ("new", PER_PHASE)]
         .iter()
-        .flat_map(|p| (0..PER_PHASE).map(move |i| format!("{p}-{i:04}")))
+        .flat_map(|&(p, n)| (0..n).map(move |i| format!("{p}-{i:04}")))
         .collect();
     let first_kept = by_age
         .iter()
@@ -252,7 +338,7 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     );
     assert!(
         left.iter()
-            .all(|m| m.starts_with("mid") || m.starts_with("new")),
+            .all(|m| ["under", "mid", "new"].iter().any(|p| m.starts_with(p))),
         "{left:?}"
     );
     // Freed pages went back to the filesystem (the shards created by this
@@ -261,14 +347,29 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     let stats = eventctl_json(&data, "stats")["stats"]["retention"].clone();
     assert_eq!(
         stats["events_deleted"],
-        3 * PER_PHASE - left.len() as i64,
+        3 * PER_PHASE + 2 * EDGE - left.len() as i64,
         "{stats}"
     );
     assert!(stats["pages_vacuumed"].as_u64().unwrap() > 0, "{stats}");
     assert_eq!(stats["errors"], 0, "{stats}");
 
     let ran = queries.finish();
-    assert!(ran >= 2, "queries ran while retention deleted: {ran}");
+    assert!(
+        ran >= ran_by_age + 2,
+        "queries while deleting by size: {}",
+        ran - ran_by_age
+    );
+    // The events written while retention worked are all there.
+    let sent = live.finish();
+    assert!(sent > 0);
+    let live_rows = || -> i64 {
+        shards(&data)
+            .iter()
+            .map(|(_, c)| count(c, "SELECT count(*) FROM events WHERE name = 'live'"))
+            .sum()
+    };
+    wait_until("every live event stored", || live_rows() >= sent);
+    assert_eq!(live_rows(), sent);
     eventd.stop();
-    assert_eq!(receipts(&data), receipts_before);
+    assert!(receipts(&data).is_superset(&receipts_before));
 }

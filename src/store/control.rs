@@ -2,11 +2,14 @@
 //!
 //! An active shard has one writer (R8), so retention's deletions run on the
 //! writer's own connection, between two of its commits. The coordinator
-//! leaves one request in the writer's [`WriterControl`] and wakes the writer
-//! with a [`Kind::Control`] item through the writer's channel, which is what
-//! the writer sleeps on (no second wakeup path, no polling). The writer
-//! commits the batch it holds, runs the request and leaves the answer; the
-//! coordinator waits for it with a deadline.
+//! leaves one request in the writer's [`WriterControl`], which the writer
+//! looks at after every commit. An idle writer sleeps on its channel, so
+//! the coordinator also puts a [`Kind::Control`] item there to wake it (no
+//! second wakeup path, no polling); a channel too full for that item means
+//! the writer is busy, and its next commit is soon. The writer runs the
+//! request and leaves the answer; the coordinator waits for it with a
+//! deadline. Under a load that keeps the channel full, retention is served
+//! once per commit and never waits for room the drains take first.
 //!
 //! Historical shards have no writer: the coordinator runs the same
 //! [`Request`]s on its own connection with [`execute`].
@@ -113,10 +116,10 @@ struct State {
 pub struct WriterControl {
     state: Mutex<State>,
     answered: Condvar,
+    /// A request is waiting: what the writer reads after each commit
+    /// without taking the lock.
+    pending: AtomicBool,
 }
-
-/// How long a full channel is retried before a call gives up.
-const SEND_RETRY: Duration = Duration::from_millis(20);
 /// How often a waiting caller looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(100);
 
@@ -142,29 +145,22 @@ impl WriterControl {
             s.last_id += 1;
             s.request = Some((s.last_id, request));
             s.reply = None;
+            // Relaxed: the request itself travels under the lock; the flag
+            // only tells the writer to take it, and the wakeup below (or the
+            // writer's next commit) comes after this store.
+            self.pending.store(true, Ordering::Relaxed);
             s.last_id
         };
         let wake = Handoff {
             kind: Kind::Control,
             ..Handoff::default()
         };
-        // A full channel means the writer is busy; the drains have the same
-        // wait. try_send keeps the stop flag and the deadline in view.
-        loop {
-            match tx.try_send(wake, &[]) {
-                Ok(()) => break,
-                Err(TrySendError::Disconnected) => {
-                    return Err(self.withdraw(id, CallError::Disconnected))
-                }
-                Err(TrySendError::Full | TrySendError::TooLarge(_)) => {
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(self.withdraw(id, CallError::Stopping));
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(self.withdraw(id, CallError::Timeout(timeout)));
-                    }
-                    std::thread::sleep(SEND_RETRY);
-                }
+        match tx.try_send(wake, &[]) {
+            // Full: items wait, so the writer is awake and will look at the
+            // request after the commit it is making or about to make.
+            Ok(()) | Err(TrySendError::Full | TrySendError::TooLarge(_)) => {}
+            Err(TrySendError::Disconnected) => {
+                return Err(self.withdraw(id, CallError::Disconnected))
             }
         }
         let mut s = self.lock();
@@ -200,13 +196,24 @@ impl WriterControl {
         let mut s = self.lock();
         if s.request.as_ref().is_some_and(|(r, _)| *r == id) {
             s.request = None;
+            self.pending.store(false, Ordering::Relaxed);
         }
         error
     }
 
+    /// Writer side: whether a request may be waiting (a cheap look, made
+    /// after every commit; [`take`](Self::take) says for sure).
+    pub fn pending(&self) -> bool {
+        // Relaxed: a stale answer only delays the request to the next
+        // commit or to its wakeup item; take() reads under the lock.
+        self.pending.load(Ordering::Relaxed)
+    }
+
     /// Writer side: the waiting request, if any.
     pub fn take(&self) -> Option<(u64, Request)> {
-        self.lock().request.take()
+        let mut s = self.lock();
+        self.pending.store(false, Ordering::Relaxed);
+        s.request.take()
     }
 
     /// Writer side: the answer to request `id`.
@@ -278,5 +285,70 @@ mod tests {
         stop.store(true, Ordering::Relaxed);
         let r = control.call(&tx, Request::Measure, Duration::from_secs(30), &stop);
         assert_eq!(r, Err(CallError::Stopping));
+    }
+
+    #[test]
+    fn a_writer_kept_busy_by_a_full_channel_still_answers() {
+        let (tx, mut rx) = HandoffChannel::<Handoff>::new(Capacity {
+            slots: 8,
+            bytes: 4096,
+        })
+        .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        // Two drains that refill every slot the moment it is given back.
+        let drains: Vec<_> = (0..2)
+            .map(|_| {
+                let (tx, stop) = (tx.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if tx.send(Handoff::default(), &[]).is_err() {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        let control = Arc::new(WriterControl::default());
+        let writer = {
+            let (control, stop) = (control.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut served = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut woken = false;
+                    let _ = rx.recv_batch(8, |h, _| woken |= h.kind == Kind::Control);
+                    rx.release_consumed();
+                    std::thread::sleep(Duration::from_millis(1)); // the commit
+                    if woken || control.pending() {
+                        if let Some((id, _)) = control.take() {
+                            control.answer(id, Ok(Reply::Vacuumed(1)));
+                            served += 1;
+                        }
+                    }
+                }
+                // Lets blocked drains see the stop flag.
+                while rx.try_recv_batch(64, |_, _| {}).is_ok() {
+                    rx.release_consumed();
+                }
+                served
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let never = AtomicBool::new(false);
+        for _ in 0..5 {
+            let reply = control.call(
+                &tx,
+                Request::Vacuum { max_pages: 1 },
+                Duration::from_secs(10),
+                &never,
+            );
+            assert_eq!(reply, Ok(Reply::Vacuumed(1)));
+        }
+        assert!(tx.stats().full_stalls > 0, "the channel never filled");
+        stop.store(true, Ordering::Relaxed);
+        drop(tx);
+        for d in drains {
+            d.join().unwrap();
+        }
+        assert_eq!(writer.join().unwrap(), 5);
     }
 }

@@ -224,7 +224,7 @@ impl ShardWriter {
             if !self.batch.headers.is_empty() {
                 self.commit_with_retry()?;
             }
-            if woken {
+            if woken || self.control.pending() {
                 self.serve_control();
             }
         }
