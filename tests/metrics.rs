@@ -230,4 +230,70 @@ fn metrics_match_counted_truth_after_a_known_load() {
         assert_eq!(by_reason["eventd_retention_deleted_events_total"][""], 0.0);
     }
     eventd.stop();
+
+    // Losses: while eventd is down, one ring is written three times over.
+    // The next daemon drains what is left and counts the rest lost, in its
+    // metrics and as gap rows in the shards.
+    let cpu = cpus[0];
+    let ring_bytes = std::fs::metadata(data.join(format!("kmes/cpu-{cpu:03}.ring")))
+        .unwrap()
+        .len();
+    let message = "x".repeat(300);
+    let mut lapped = 0u64;
+    while lapped * 300 < 3 * ring_bytes {
+        let event = Event {
+            ts_ns: now_ns(),
+            pid: 1,
+            tid: 1,
+            uid: 0,
+            level: Level::Notice,
+            provider: "metrics-test",
+            name: "lapped",
+            message: &message,
+            fields: "",
+        };
+        emitter.ring(cpu).unwrap().emit(&event).unwrap();
+        lapped += 1;
+    }
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let key = cpu.to_string();
+    let ring_figures = || {
+        let by_cpu = parse(&scrape_http(port), "cpu");
+        (
+            by_cpu["eventd_ring_drained_events_total"][&key],
+            by_cpu["eventd_ring_lost_events_total"][&key],
+        )
+    };
+    wait_until("the lapped ring accounted for", || {
+        let (drained, lost) = ring_figures();
+        drained + lost == lapped as f64
+    });
+    let (drained, lost) = ring_figures();
+    assert!(lost > 0.0, "a ring written three times over lost nothing");
+    wait_for_events(&data, total + drained as u64);
+    let files = shards(&data);
+    let sum = |sql: &str| -> f64 {
+        files
+            .iter()
+            .map(|(_, c)| c.query_row(sql, [cpu], |r| r.get::<_, i64>(0)).unwrap() as f64)
+            .sum()
+    };
+    assert_eq!(
+        drained,
+        sum("SELECT count(*) FROM events WHERE name = 'lapped' AND cpu = ?1")
+    );
+    assert_eq!(
+        lost,
+        sum("SELECT ifnull(sum(lost), 0) FROM gaps WHERE cpu = ?1")
+    );
+    let text = eventctl_text(&data, &["stats", "--prometheus"]);
+    let by_shard = parse(&text, "shard");
+    assert_eq!(
+        by_shard["eventd_shard_gap_events_total"]
+            .values()
+            .sum::<f64>(),
+        lost,
+        "{text}"
+    );
+    eventd.stop();
 }
