@@ -295,6 +295,18 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     wait_until("the store to fit its size limit", || {
         used_bytes(&data) <= limit
     });
+    // The events written while retention worked are all there (they are
+    // the newest). They stop here, so that what follows sees a store that
+    // no longer grows.
+    let sent = live.finish();
+    assert!(sent > 0);
+    let live_rows = || -> i64 {
+        shards(&data)
+            .iter()
+            .map(|(_, c)| count(c, "SELECT count(*) FROM events WHERE name = 'live'"))
+            .sum()
+    };
+    wait_until("every live event stored", || live_rows() >= sent);
     // The pass that got there may still be deleting in other shards: wait
     // for one whole pass after it.
     let passes = |data: &Path| {
@@ -359,17 +371,7 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
         "queries while deleting by size: {}",
         ran - ran_by_age
     );
-    // The events written while retention worked are all there.
-    let sent = live.finish();
-    assert!(sent > 0);
-    let live_rows = || -> i64 {
-        shards(&data)
-            .iter()
-            .map(|(_, c)| count(c, "SELECT count(*) FROM events WHERE name = 'live'"))
-            .sum()
-    };
-    wait_until("every live event stored", || live_rows() >= sent);
-    assert_eq!(live_rows(), sent);
+    assert_eq!(live_rows(), sent, "live events were deleted");
     eventd.stop();
     assert!(receipts(&data).is_superset(&receipts_before));
 }
