@@ -266,22 +266,6 @@ impl SyslogListener {
             if set_int_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES).is_err() {
                 let _ = set_int_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES);
             }
-            let receiver = match config.receive {
-                ReceiveMode::Recvmmsg => None,
-                ReceiveMode::IoUring => {
-                    Some(uring::UringReceiver::new().map_err(SyslogError::NoIoUring)?)
-                }
-                ReceiveMode::Auto => match uring::UringReceiver::new() {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        tracing::warn!(
-                            reason = %e,
-                            "io_uring is not available; the syslog socket is read with recvmmsg"
-                        );
-                        None
-                    }
-                },
-            };
             // SAFETY: eventfd has no memory preconditions; the result is
             // checked before it is owned.
             let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -294,10 +278,51 @@ impl SyslogListener {
             let wake_fd = wake.as_raw_fd();
             listener.wake = Some(wake);
             let (mut ingest, stats, stop) = (ingest.clone(), stats.clone(), stop.clone());
+            // The receiving thread sets io_uring up itself (a ring set up
+            // for one issuer belongs to the thread that made it) and says
+            // whether it could before start-up goes on.
+            let mode = config.receive;
+            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
             let thread = std::thread::Builder::new()
                 .name("syslog-dgram".into())
-                .spawn(move || receive(fd, wake_fd, receiver, &mut ingest, &stats, &stop))
+                .spawn(move || {
+                    let receiver = match mode {
+                        ReceiveMode::Recvmmsg => None,
+                        ReceiveMode::IoUring => match uring::UringReceiver::new() {
+                            Ok(r) => Some(r),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
+                        },
+                        ReceiveMode::Auto => match uring::UringReceiver::new() {
+                            Ok(r) => Some(r),
+                            Err(e) => {
+                                tracing::warn!(
+                                    reason = %e,
+                                    "io_uring is not available; the syslog socket is read with recvmmsg"
+                                );
+                                None
+                            }
+                        },
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    receive(fd, wake_fd, receiver, &mut ingest, &stats, &stop)
+                })
                 .map_err(SyslogError::Spawn)?;
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let _ = thread.join();
+                    return Err(SyslogError::NoIoUring(e));
+                }
+                Err(_) => {
+                    let _ = thread.join();
+                    return Err(SyslogError::Spawn(std::io::Error::other(
+                        "the syslog receiving thread ended while setting up",
+                    )));
+                }
+            }
             tracing::info!(socket = %path.display(), "syslog datagram socket listening");
             listener.fds.push(fd);
             listener.threads.push(thread);
@@ -348,7 +373,10 @@ fn receive(
 ) {
     if let Some(r) = receiver {
         stats.path.store(PATH_IO_URING, Ordering::Relaxed);
-        tracing::info!("syslog socket read through io_uring (multishot recvmsg)");
+        tracing::info!(
+            task_running = r.task_running(),
+            "syslog socket read through io_uring (multishot recvmsg)"
+        );
         match r.run(fd, wake_fd, ingest, stats, stop) {
             Ok(()) => return,
             Err(e) => tracing::warn!(

@@ -52,21 +52,38 @@ pub struct UringReceiver {
     buffers: Vec<u8>,
     /// A multishot receive is in flight (armed, no final completion yet).
     armed: bool,
+    /// How the kernel runs the receive's work: "deferred" (to this
+    /// thread's next io_uring_enter), "cooperative" or "default".
+    task_running: &'static str,
 }
 
-// SAFETY: the only non-Send part is the msghdr template's raw pointers,
-// which are all null (no name, no iovec, no control buffer: multishot
-// recvmsg reads only the two lengths); the ring and the buffers are owned
-// data. Moving the receiver to its thread before use shares nothing.
-unsafe impl Send for UringReceiver {}
-
 impl UringReceiver {
-    /// Sets io_uring up, or says why it cannot be (EPERM or ENOSYS from a
+    /// Sets io_uring up for the calling thread, which then runs it, or
+    /// says why it cannot be (EPERM or ENOSYS from a
     /// seccomp profile, missing operations). A kernel that has the
     /// operations but not their multishot form (before 6.0) fails the first
     /// receive instead, and `run` returns the error.
     pub fn new() -> Result<Self, Unavailable> {
-        let ring = IoUring::new(ENTRIES).map_err(Unavailable::Setup)?;
+        // Deferred task running (one issuer: the calling thread, which
+        // must be the one that runs the receiver): a datagram arriving
+        // while this thread stores the last batch neither interrupts it
+        // nor wakes it; the receive runs at its next io_uring_enter,
+        // together with every other one queued meanwhile. Kernels before
+        // 6.1 lack the flags and get the cooperative mode (5.19) or a
+        // plain ring.
+        let (ring, task_running) = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(ENTRIES)
+            .map(|r| (r, "deferred"))
+            .or_else(|_| {
+                IoUring::builder()
+                    .setup_coop_taskrun()
+                    .build(ENTRIES)
+                    .map(|r| (r, "cooperative"))
+            })
+            .or_else(|_| IoUring::new(ENTRIES).map(|r| (r, "default")))
+            .map_err(Unavailable::Setup)?;
         let mut probe = io_uring::Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
@@ -88,7 +105,13 @@ impl UringReceiver {
             msghdr,
             buffers: vec![0u8; BUFFERS as usize * BUFFER_BYTES],
             armed: false,
+            task_running,
         })
+    }
+
+    /// How the kernel runs the receive's work (for the log).
+    pub fn task_running(&self) -> &'static str {
+        self.task_running
     }
 
     fn provide(&mut self, first: u16, count: u16) -> Result<(), Unavailable> {
