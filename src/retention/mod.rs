@@ -38,9 +38,8 @@ use std::time::Duration;
 /// Rows deleted per transaction: small enough that a writer's commits and
 /// the queries' reads go on between two of them (a few milliseconds each).
 pub const BATCH_ROWS: u64 = 5000;
-/// Pages given back to the filesystem per transaction (8 MiB of 4 KiB
-/// pages).
-const VACUUM_PAGES: u64 = 2048;
+/// Bytes of free pages given back to the filesystem per transaction.
+const VACUUM_BYTES: u64 = 8 << 20;
 /// Receipts of live rings become summaries only when at least this many
 /// can be replaced, and only once they are this old (so that after a power
 /// cut the WAL that held them has long reached the disk).
@@ -450,7 +449,7 @@ impl RetentionCoordinator {
             match self.call(
                 i,
                 Request::Vacuum {
-                    max_pages: VACUUM_PAGES,
+                    max_bytes: VACUUM_BYTES,
                 },
             ) {
                 Some(Reply::Vacuumed(0)) => {

@@ -44,7 +44,7 @@ pub enum Request {
         max_rows: u64,
     },
     /// [`trim::vacuum`].
-    Vacuum { max_pages: u64 },
+    Vacuum { max_bytes: u64 },
 }
 
 /// The answer to a [`Request`] of the same name.
@@ -86,7 +86,7 @@ pub fn execute(conn: &mut Connection, request: &Request) -> rusqlite::Result<Rep
             }
             Reply::Compacted(removed)
         }
-        Request::Vacuum { max_pages } => Reply::Vacuumed(trim::vacuum(conn, *max_pages)?),
+        Request::Vacuum { max_bytes } => Reply::Vacuumed(trim::vacuum(conn, *max_bytes)?),
     })
 }
 
@@ -248,8 +248,8 @@ mod tests {
                     })
                     .is_ok()
                 {
-                    if let Some((id, Request::Vacuum { max_pages })) = control.take() {
-                        control.answer(id, Ok(Reply::Vacuumed(max_pages * 2)));
+                    if let Some((id, Request::Vacuum { max_bytes })) = control.take() {
+                        control.answer(id, Ok(Reply::Vacuumed(max_bytes * 2)));
                     }
                 }
                 woken
@@ -259,7 +259,7 @@ mod tests {
         for pages in 1..=3 {
             let reply = control.call(
                 &tx,
-                Request::Vacuum { max_pages: pages },
+                Request::Vacuum { max_bytes: pages },
                 Duration::from_secs(30),
                 &stop,
             );
@@ -337,7 +337,7 @@ mod tests {
         for _ in 0..5 {
             let reply = control.call(
                 &tx,
-                Request::Vacuum { max_pages: 1 },
+                Request::Vacuum { max_bytes: 1 },
                 Duration::from_secs(10),
                 &never,
             );

@@ -118,8 +118,15 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(err)?;
-    // The version is checked before anything is changed (even the journal
-    // mode), so a database from a newer eventd stays byte for byte as it was.
+    // The page size of a new file (`schema::PAGE_BYTES`) must be set before
+    // anything reads it, even the version below: the first read fixes the
+    // size. On a file with content the pragma writes nothing and changes
+    // nothing (only a VACUUM, which eventd never runs, would apply it).
+    conn.pragma_update(None, "page_size", schema::PAGE_BYTES)
+        .map_err(err)?;
+    // The version is checked before anything else is changed (even the
+    // journal mode), so a database from a newer eventd stays byte for byte
+    // as it was.
     let found = schema_version(&conn, path)?;
     if found == 0 {
         // A new file (or one eventd never migrated): retention can give
@@ -234,5 +241,42 @@ mod tests {
             .unwrap();
         assert_eq!(n, 1);
         assert_eq!(list_databases(dir.path()).unwrap(), vec![path]);
+    }
+
+    #[test]
+    fn new_shards_get_large_pages_and_old_ones_keep_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = |conn: &Connection| -> (i64, i64) {
+            let get = |p: &str| {
+                conn.query_row(&format!("PRAGMA {p}"), [], |r| r.get::<_, i64>(0))
+                    .unwrap()
+            };
+            (get("page_size"), get("wal_autocheckpoint"))
+        };
+        let new = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        assert_eq!(
+            settings(&new),
+            (schema::PAGE_BYTES, 4_096_000 / schema::PAGE_BYTES)
+        );
+
+        // A shard an earlier eventd made with SQLite's default pages.
+        let old_path = shard_path(dir.path(), 1);
+        {
+            let mut conn = Connection::open(&old_path).unwrap();
+            conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+            schema::migrate(&mut conn).unwrap().unwrap();
+            conn.execute(
+                "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+                 detected_at) VALUES (1, 0, 1, 1, 1, 'overwritten', 0, 0)",
+                [],
+            )
+            .unwrap();
+        }
+        let old = open_shard(&old_path).unwrap();
+        assert_eq!(settings(&old), (4096, 1000));
+        let n: i64 = old
+            .query_row("SELECT count(*) FROM gaps", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
     }
 }

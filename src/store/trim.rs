@@ -251,14 +251,16 @@ pub fn compact_receipts(
     Ok(removed as u64)
 }
 
-/// Gives up to `max_pages` free pages back to the filesystem (databases
-/// created with `auto_vacuum = INCREMENTAL`; a no-op for others). Returns
-/// how many pages the file lost.
-pub fn vacuum(conn: &Connection, max_pages: u64) -> rusqlite::Result<u64> {
+/// Gives up to `max_bytes` of free pages (at least one page) back to the
+/// filesystem (databases created with `auto_vacuum = INCREMENTAL`; a no-op
+/// for others). Returns how many pages the file lost.
+pub fn vacuum(conn: &Connection, max_bytes: u64) -> rusqlite::Result<u64> {
+    let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let max_pages = (max_bytes / page.max(512) as u64).max(1);
     let count = || conn.query_row("PRAGMA page_count", [], |r| r.get::<_, i64>(0));
     let before = count()?;
     // The pragma frees one page per step: run it to completion.
-    let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({})", max_pages.max(1)))?;
+    let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({max_pages})"))?;
     let mut rows = stmt.query([])?;
     while rows.next()?.is_some() {}
     drop(rows);
@@ -496,8 +498,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = shard_path(dir.path(), 0);
         let mut conn = open_shard(&path).unwrap();
+        let page = conn
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+            .unwrap() as u64;
+        // Some 200 pages of rows, whatever the page size.
+        let rows = 200 * page / 200;
         let tx = conn.transaction().unwrap();
-        for seq in 1..=5000 {
+        for seq in 1..=rows as i64 {
             tx.execute(
                 crate::store::writer::INSERT_EVENT,
                 params![
@@ -523,9 +530,10 @@ mod tests {
         let emptied = measure(&conn).unwrap();
         assert!(emptied.free_pages > 200, "{emptied:?}");
         assert!(emptied.used_bytes() < full.used_bytes() / 10);
-        let freed = vacuum(&conn, 100).unwrap();
+        let freed = vacuum(&conn, 100 * page).unwrap();
         assert_eq!(freed, 100);
-        while vacuum(&conn, 100).unwrap() > 0 {}
+        assert_eq!(vacuum(&conn, page / 2).unwrap(), 1, "at least one page");
+        while vacuum(&conn, 100 * page).unwrap() > 0 {}
         assert_eq!(measure(&conn).unwrap().free_pages, 0);
     }
 }
