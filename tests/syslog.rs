@@ -232,6 +232,36 @@ fn the_io_uring_path_stores_every_message() {
 }
 
 #[test]
+fn the_io_uring_ring_defers_its_work_to_the_receiving_thread_where_the_kernel_can() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "SyslogReceive = \"io_uring\"\n");
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let expected = match version {
+        v if v >= (6, 1) => "deferred",
+        v if v >= (5, 19) => "cooperative",
+        _ => "default",
+    };
+    wait_until("the receive mode in the log", || {
+        std::fs::read_to_string(&eventd.log)
+            .unwrap()
+            .contains("task_running")
+    });
+    let log = std::fs::read_to_string(&eventd.log).unwrap();
+    assert!(
+        log.contains(&format!("task_running=\"{expected}\"")),
+        "kernel {version:?}: {log}"
+    );
+    eventd.stop();
+}
+
+#[test]
 fn the_recvmmsg_fallback_forced_on_stores_every_message() {
     receive_paths_store_every_message("recvmmsg");
 }

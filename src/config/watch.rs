@@ -4,8 +4,11 @@
 //! managers usually write a new file and rename it over the old one, which
 //! a watch on the old file's inode would miss. A file is read only once it
 //! is whole: when a writer closes it, or when it is renamed into place,
-//! never when it is created (an editor that writes a fresh file would
-//! otherwise have its empty first moment applied as all-default keys).
+//! never when a regular file is created (an editor that writes a fresh
+//! file would otherwise have its empty first moment applied as all-default
+//! keys). A symlink or a hard link made at the name is whole at once and
+//! is read then. If the kernel's event queue overflowed, the file is read
+//! again in case its event was among those lost.
 //!
 //! A symlinked configuration is read through the link, but only the link's
 //! own directory is watched: a change behind it (a Kubernetes ConfigMap
@@ -46,8 +49,11 @@ impl FileWatch {
         // SAFETY: we own the descriptor just returned.
         let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         let c_dir = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        let mask =
-            libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
+        let mask = libc::IN_CLOSE_WRITE
+            | libc::IN_MOVED_TO
+            | libc::IN_CREATE
+            | libc::IN_DELETE_SELF
+            | libc::IN_MOVE_SELF;
         // SAFETY: a valid descriptor and a NUL-terminated path.
         let wd = unsafe {
             libc::inotify_add_watch(std::os::fd::AsRawFd::as_raw_fd(&fd), c_dir.as_ptr(), mask)
@@ -102,7 +108,16 @@ fn watch_loop(
             continue;
         }
         let events = || events_in(&buf[..n as usize]);
-        if events().any(|(_, n)| n == name.as_bytes()) {
+        let whole = |mask: u32| {
+            mask & libc::IN_CREATE == 0
+                || std::fs::symlink_metadata(dir.join(name)).is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.file_type().is_symlink() || m.nlink() > 1
+                })
+        };
+        if events().any(|(mask, n)| {
+            (n == name.as_bytes() && whole(mask)) || mask & libc::IN_Q_OVERFLOW != 0
+        }) {
             changed();
         }
         let self_gone = libc::IN_DELETE_SELF | libc::IN_MOVE_SELF;
@@ -208,6 +223,27 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         while seen.load(Ordering::Relaxed) == 0 {
             assert!(Instant::now() < deadline, "the close was not seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(watch);
+    }
+
+    #[test]
+    fn a_symlink_made_at_the_name_is_read_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("eventd.toml");
+        let target = dir.path().join("real.toml");
+        std::fs::write(&target, "MaxBatchSize = 3\n").unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let watch = FileWatch::start(&file, move || {
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the new link was not seen");
             std::thread::sleep(Duration::from_millis(10));
         }
         drop(watch);

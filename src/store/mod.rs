@@ -19,6 +19,7 @@ pub use recovery::{ReceiptReader, RingPlan};
 pub use tracker::{CommitTracker, CommittedRuns};
 pub use writer::{ShardWriter, WriterShared, WriterStats};
 
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
@@ -118,6 +119,11 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(err)?;
+    // Until the version is known to be ours, closing must not checkpoint:
+    // a refused WAL database from a newer eventd (or one killed with
+    // frames still in its WAL) keeps both files as they were.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(err)?;
     // The page size of a new file (`schema::PAGE_BYTES`) must be set before
     // anything reads it, even the version below: the first read fixes the
     // size. On a file with content the pragma writes nothing and changes
@@ -128,6 +134,9 @@ pub fn open_shard(path: &Path) -> Result<Connection, StoreError> {
     // journal mode), so a database from a newer eventd stays byte for byte
     // as it was.
     let found = schema_version(&conn, path)?;
+    // Ours: closing checkpoints the WAL again.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+        .map_err(err)?;
     if found == 0 {
         // A new file (or one eventd never migrated): retention can give
         // deleted pages back to the filesystem only if this is set before
@@ -221,6 +230,30 @@ mod tests {
         let e = open_shard(&path).unwrap_err().to_string();
         assert!(e.contains("shard-001.db") && e.contains("newer"), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), before);
+    }
+
+    #[test]
+    fn r12_a_newer_wal_database_keeps_its_file_and_its_wal_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 2);
+        let wal = dir.path().join("shard-002.db-wal");
+        {
+            // As a newer eventd killed with commits still in its WAL.
+            let conn = Connection::open(&path).unwrap();
+            conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+            conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+                .unwrap();
+            conn.pragma_update(None, "user_version", schema::SCHEMA_VERSION + 1)
+                .unwrap();
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+                .unwrap();
+        }
+        let before = (std::fs::read(&path).unwrap(), std::fs::read(&wal).unwrap());
+        assert!(!before.1.is_empty(), "the WAL holds the commits");
+        let e = open_shard(&path).unwrap_err().to_string();
+        assert!(e.contains("shard-002.db") && e.contains("newer"), "{e}");
+        let after = (std::fs::read(&path).unwrap(), std::fs::read(&wal).unwrap());
+        assert!(after == before, "the database or its WAL changed");
     }
 
     #[test]

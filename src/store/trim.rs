@@ -501,7 +501,8 @@ mod tests {
         let page = conn
             .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
             .unwrap() as u64;
-        // Some 200 pages of rows, whatever the page size.
+        // Rows of about 230 bytes: some 200 pages of them, whatever the page
+        // size.
         let rows = 200 * page / 200;
         let tx = conn.transaction().unwrap();
         for seq in 1..=rows as i64 {

@@ -186,22 +186,15 @@ impl ShardWriter {
         loop {
             let batch = &mut self.batch;
             batch.clear();
-            let mut woken = false;
             // Wait for one item, then read MaxBatchSize: a change made while
             // the writer waited applies to this very batch (R11).
-            if self
-                .rx
-                .recv_batch(1, |h, p| accept(batch, &mut woken, h, p))
-                .is_err()
-            {
+            if self.rx.recv_batch(1, |h, p| accept(batch, h, p)).is_err() {
                 break; // every sender is gone and nothing is left
             }
             let max = self.shared.max_batch.load(Ordering::Relaxed).max(1) as usize;
-            let mut drain = |rx: &mut Receiver<Handoff>, batch: &mut Batch| {
+            let drain = |rx: &mut Receiver<Handoff>, batch: &mut Batch| {
                 while batch.len() < max {
-                    match rx
-                        .try_recv_batch(max - batch.len(), |h, p| accept(batch, &mut woken, h, p))
-                    {
+                    match rx.try_recv_batch(max - batch.len(), |h, p| accept(batch, h, p)) {
                         Ok(_) => {}
                         Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                     }
@@ -224,9 +217,10 @@ impl ShardWriter {
             if !self.batch.headers.is_empty() {
                 self.commit_with_retry()?;
             }
-            if woken || self.control.pending() {
-                self.serve_control();
-            }
+            // Retention's request, if one waits: looked for after every
+            // commit (one uncontended lock), since a channel kept full by
+            // the drains may not have had room for its wakeup item.
+            self.serve_control();
         }
         Ok(())
     }
@@ -413,10 +407,11 @@ impl ShardWriter {
     }
 }
 
-/// Puts a received item in the batch, or notes retention's wakeup.
-fn accept(batch: &mut Batch, woken: &mut bool, h: &Handoff, payload: &[u8]) {
+/// Puts a received item in the batch; retention's wakeup item only ends
+/// the wait (its request is looked for after the commit).
+fn accept(batch: &mut Batch, h: &Handoff, payload: &[u8]) {
     match h.kind {
-        Kind::Control => *woken = true,
+        Kind::Control => {}
         Kind::Event | Kind::Gap(_) => batch.push(h, payload),
     }
 }
@@ -502,5 +497,71 @@ mod tests {
         let got: Vec<(u32, u64, u64)> = runs.iter().map(|r| (r.ring, r.first, r.last)).collect();
         assert_eq!(got, vec![(0, 1, 9), (1, 5, 6), (0, 20, 20)]);
         assert_eq!(runs[0].next_seq, 10);
+    }
+
+    #[test]
+    fn retention_is_served_while_drains_keep_the_channel_full() {
+        use crate::channel::{Capacity, HandoffChannel};
+        use crate::store::control::{Reply, Request};
+        use std::time::Instant;
+        let dir = tempfile::tempdir().unwrap();
+        let path = crate::store::shard_path(dir.path(), 0);
+        let conn = crate::store::open_shard(&path).unwrap();
+        let (tx, rx) = HandoffChannel::<Handoff>::new(Capacity {
+            slots: 8,
+            bytes: 1 << 16,
+        })
+        .unwrap();
+        let shared = WriterShared {
+            max_batch: Arc::new(AtomicU64::new(4096)),
+            trackers: (0..2).map(|_| CommitTracker::new(0, &[])).collect(),
+            stopping: Arc::new(AtomicBool::new(false)),
+        };
+        let control = Arc::new(WriterControl::default());
+        let stats = Arc::new(WriterStats::default());
+        let writer = ShardWriter::new(path, conn, rx, shared, stats, control.clone());
+        let writer = std::thread::spawn(move || writer.run());
+        // Two drains, one per ring, that refill the channel the moment the
+        // writer gives room back (items of one lost sequence number each).
+        let stop = Arc::new(AtomicBool::new(false));
+        let drains: Vec<_> = (0..2u32)
+            .map(|ring| {
+                let (tx, stop) = (tx.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut seq = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        let h = Handoff {
+                            kind: Kind::Gap(LossReason::Overwritten),
+                            ..item(ring, seq, seq)
+                        };
+                        if tx.send(h, &[]).is_err() {
+                            break;
+                        }
+                        seq += 1;
+                    }
+                })
+            })
+            .collect();
+        // Calls until several found the channel full (no room for their
+        // wakeup item): each must still be answered.
+        let never = AtomicBool::new(false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut calls = 0;
+        while control.busy_calls() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "{calls} calls, {} met a full channel",
+                control.busy_calls()
+            );
+            let reply = control.call(&tx, Request::Measure, Duration::from_secs(20), &never);
+            assert!(matches!(reply, Ok(Reply::Usage(_))), "{reply:?}");
+            calls += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        drop(tx);
+        for d in drains {
+            d.join().unwrap();
+        }
+        writer.join().unwrap().unwrap();
     }
 }
