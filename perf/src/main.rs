@@ -15,6 +15,7 @@ mod pipeline;
 mod querybench;
 mod report;
 mod syslogbench;
+mod syslogfloor;
 mod system;
 
 use anyhow::{bail, Context};
@@ -65,7 +66,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "eventd,rsyslog,journald,syslog-ng"
+        default_value = "eventd,floor,rsyslog,journald,syslog-ng"
     )]
     peers: Vec<syslogbench::Peer>,
     /// eventd's configuration file in the syslog scenario (default: none).
@@ -520,7 +521,7 @@ fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyhow::Result<S
         .map_or(0.0, |r| r.stored_per_s);
     let best_peer = last
         .iter()
-        .filter(|r| r.peer != syslogbench::Peer::Eventd)
+        .filter(|r| !matches!(r.peer, syslogbench::Peer::Eventd | syslogbench::Peer::Floor))
         .map(|r| r.stored_per_s)
         .fold(0.0, f64::max);
     Ok(format!(

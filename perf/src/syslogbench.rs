@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 #[serde(rename_all = "kebab-case")]
 pub enum Peer {
     Eventd,
+    /// Not a daemon: the floor of `syslogfloor` (a reference, never "the
+    /// fastest peer").
+    Floor,
     Rsyslog,
     Journald,
     SyslogNg,
@@ -38,6 +41,7 @@ impl Peer {
     pub fn name(self) -> &'static str {
         match self {
             Peer::Eventd => "eventd",
+            Peer::Floor => "floor",
             Peer::Rsyslog => "rsyslog",
             Peer::Journald => "journald",
             Peer::SyslogNg => "syslog-ng",
@@ -73,7 +77,7 @@ fn message(i: u64) -> Vec<u8> {
 }
 
 /// A running peer: how to count what it stored, how to stop it.
-trait Running {
+pub(crate) trait Running {
     fn socket(&self) -> PathBuf;
     /// Messages stored so far (polled the same way for every peer).
     fn stored(&mut self) -> anyhow::Result<u64>;
@@ -612,6 +616,7 @@ fn version(peer: Peer, eventd: &Path, root: &Path) -> String {
     };
     match peer {
         Peer::Eventd => first_line(Command::new(eventd).arg("--version")),
+        Peer::Floor => "this harness".to_string(),
         Peer::Rsyslog => first_line(Command::new("rsyslogd").arg("-v"))
             .split(" compiled")
             .next()
@@ -698,6 +703,10 @@ pub fn run(
                 Box::new(start_eventd(eventd_binary, &dir, eventd_config)?),
                 "SQLite shards (indexed, queryable)",
             ),
+            Peer::Floor => (
+                Box::new(crate::syslogfloor::Floor::start(&dir)?),
+                "SQLite, a receiving and a writing thread, nothing else (the floor)",
+            ),
             Peer::Rsyslog => (Box::new(start_rsyslog(&dir)?), "flat file (omfile)"),
             Peer::Journald => (Box::new(start_journald(&dir)?), "journal files"),
             Peer::SyslogNg => (
@@ -720,6 +729,11 @@ pub fn run(
             }
             Peer::Journald => stored = journal_count(&dir)?,
             Peer::SyslogNg => stored = syslog_ng_rows(&dir)?,
+            Peer::Floor => {
+                let c = rusqlite::Connection::open(eventd::store::shard_path(&dir, 0))?;
+                stored =
+                    c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
+            }
             Peer::Rsyslog => {}
         }
         let run = PeerRun {
