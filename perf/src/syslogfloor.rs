@@ -7,7 +7,8 @@
 //! eventd would store (the same fields text); it hands each call's rows to
 //! the other through a std channel. The other inserts them into one shard
 //! database (eventd's schema, pragmas, page size and insert statement),
-//! one transaction per 1000 rows or whenever nothing more waits. There are
+//! one transaction per 1000 rows or, like eventd's writers, whatever came
+//! within 1 ms of a smaller batch. There are
 //! no rings, drains, receipts or gap accounting, and nothing received
 //! survives a crash before its commit: what eventd does on top of this is
 //! what its guarantees cost.
@@ -203,13 +204,21 @@ fn write(
     stored: &AtomicU64,
 ) -> anyhow::Result<()> {
     let mut rows = Vec::with_capacity(2 * ROWS_PER_COMMIT);
-    while let Ok(first) = rx.recv() {
-        rows.extend(first);
+    let take = |rows: &mut Vec<Row>| {
         while rows.len() < ROWS_PER_COMMIT {
             match rx.try_recv() {
                 Ok(more) => rows.extend(more),
                 Err(_) => break,
             }
+        }
+    };
+    while let Ok(first) = rx.recv() {
+        rows.extend(first);
+        take(&mut rows);
+        if rows.len() < ROWS_PER_COMMIT {
+            // As eventd's writers do: a small batch waits 1 ms for more.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            take(&mut rows);
         }
         commit(&mut conn, &mut rows, stored)?;
     }
