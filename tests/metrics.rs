@@ -67,6 +67,21 @@ fn queries_running(port: u16) -> f64 {
     parse(&scrape_http(port), "")["eventd_queries_running"][""]
 }
 
+/// One of the test's events, stamped now.
+fn event<'a>(name: &'a str, message: &'a str, fields: &'a str) -> Event<'a> {
+    Event {
+        ts_ns: now_ns(),
+        pid: 1,
+        tid: 1,
+        uid: 0,
+        level: Level::Notice,
+        provider: "metrics-test",
+        name,
+        message,
+        fields,
+    }
+}
+
 #[test]
 fn metrics_match_counted_truth_after_a_known_load() {
     let dir = tempfile::tempdir().unwrap();
@@ -96,18 +111,11 @@ fn metrics_match_counted_truth_after_a_known_load() {
             } else {
                 String::new()
             };
-            let event = Event {
-                ts_ns: now_ns(),
-                pid: 1,
-                tid: 1,
-                uid: 0,
-                level: Level::Notice,
-                provider: "metrics-test",
-                name: "load",
-                message: &message,
-                fields: &fields,
-            };
-            emitter.ring(cpu).unwrap().emit(&event).unwrap();
+            emitter
+                .ring(cpu)
+                .unwrap()
+                .emit(&event("load", &message, &fields))
+                .unwrap();
             bytes += ("metrics-test".len() + "load".len() + message.len() + fields.len()) as u64;
             total += 1;
             if total % 500 == 0 {
@@ -241,18 +249,11 @@ fn metrics_match_counted_truth_after_a_known_load() {
     let message = "x".repeat(300);
     let mut lapped = 0u64;
     while lapped * 300 < 3 * ring_bytes {
-        let event = Event {
-            ts_ns: now_ns(),
-            pid: 1,
-            tid: 1,
-            uid: 0,
-            level: Level::Notice,
-            provider: "metrics-test",
-            name: "lapped",
-            message: &message,
-            fields: "",
-        };
-        emitter.ring(cpu).unwrap().emit(&event).unwrap();
+        emitter
+            .ring(cpu)
+            .unwrap()
+            .emit(&event("lapped", &message, ""))
+            .unwrap();
         lapped += 1;
     }
     let eventd = Eventd::start(&data, Some(&cfg));

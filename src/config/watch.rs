@@ -177,27 +177,36 @@ mod tests {
         assert_eq!(events_in(&buf[..40]).count(), 1);
     }
 
+    /// A watch on `file` that counts its calls.
+    fn counting_watch(file: &Path) -> (FileWatch, Arc<AtomicUsize>) {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let watch = FileWatch::start(file, move || {
+            s.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap();
+        (watch, seen)
+    }
+
+    fn wait_seen(seen: &AtomicUsize, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "{what} was not seen");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_rename_over_the_file_is_seen() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("eventd.toml");
         std::fs::write(&file, "MaxBatchSize = 1\n").unwrap();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let s = seen.clone();
-        let watch = FileWatch::start(&file, move || {
-            s.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        let (_watch, seen) = counting_watch(&file);
         std::fs::write(dir.path().join("other.toml"), "x").unwrap();
         let tmp = dir.path().join("eventd.toml.new");
         std::fs::write(&tmp, "MaxBatchSize = 2\n").unwrap();
         std::fs::rename(&tmp, &file).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while seen.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline, "no change seen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        drop(watch);
+        wait_seen(&seen, "the rename");
     }
 
     #[test]
@@ -206,12 +215,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("eventd.toml");
         std::fs::write(&file, "MaxBatchSize = 1\n").unwrap();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let s = seen.clone();
-        let watch = FileWatch::start(&file, move || {
-            s.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        let (_watch, seen) = counting_watch(&file);
         // As an editor that moves the old file aside and writes a new one.
         std::fs::rename(&file, dir.path().join("eventd.toml~")).unwrap();
         let mut new = std::fs::File::create(&file).unwrap();
@@ -220,12 +224,7 @@ mod tests {
         assert_eq!(seen.load(Ordering::Relaxed), 0, "read while still open");
         new.write_all(b"2\n").unwrap();
         drop(new);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while seen.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline, "the close was not seen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        drop(watch);
+        wait_seen(&seen, "the close");
     }
 
     #[test]
@@ -234,18 +233,8 @@ mod tests {
         let file = dir.path().join("eventd.toml");
         let target = dir.path().join("real.toml");
         std::fs::write(&target, "MaxBatchSize = 3\n").unwrap();
-        let seen = Arc::new(AtomicUsize::new(0));
-        let s = seen.clone();
-        let watch = FileWatch::start(&file, move || {
-            s.fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
+        let (_watch, seen) = counting_watch(&file);
         std::os::unix::fs::symlink(&target, &file).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while seen.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline, "the new link was not seen");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        drop(watch);
+        wait_seen(&seen, "the new link");
     }
 }
