@@ -20,6 +20,7 @@
 //! - [`retention`]: the coordinator that keeps the store within its age and
 //!   size limits (through the writers, R8).
 //! - [`daemon`]: start-up order, drain threads, shutdown.
+//! - [`errors`]: error text for the command-line tools.
 //!
 //! `config`, `store`, `query` and `daemon` use std threads and locks directly
 //! and are left out of loom builds, which check only the lock-free core.
@@ -32,6 +33,8 @@ pub mod channel;
 pub mod config;
 #[cfg(not(loom))]
 pub mod daemon;
+#[cfg(not(loom))]
+pub mod errors;
 #[cfg(not(loom))]
 pub mod metrics;
 #[cfg(not(loom))]

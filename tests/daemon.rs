@@ -468,6 +468,12 @@ fn bad_configuration_stops_start_up_naming_key_value_and_range() {
             assert!(log.contains(w), "{w:?} not in {log}");
         }
     }
+    // A missing file is named, and its cause said once.
+    let (mut cmd, log) = command(&data, Some(&dir.path().join("absent.toml")), &[]);
+    assert_eq!(cmd.status().unwrap().code(), Some(1));
+    let log = read(&log);
+    assert!(log.contains("absent.toml"), "{log}");
+    assert_eq!(log.matches("No such file or directory").count(), 1, "{log}");
     assert!(
         !data.exists(),
         "nothing is created when the configuration is bad"

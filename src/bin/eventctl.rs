@@ -119,7 +119,7 @@ fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("eventctl: {e:#}");
+            eprintln!("eventctl: {}", eventd::errors::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -351,7 +351,10 @@ fn run_emit(settings: &Settings, args: EmitArgs) -> anyhow::Result<()> {
             }
             match last_error {
                 None => Ok(()),
-                Some(e) => bail!("{failed} of {total} events not written (last: {e:#})"),
+                Some(e) => bail!(
+                    "{failed} of {total} events not written (last: {})",
+                    eventd::errors::error_chain(&e)
+                ),
             }
         }
     }

@@ -73,7 +73,7 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             // The whole chain of causes, as text: it names the file, key or
             // limit that stopped eventd.
-            tracing::error!("{e:#}");
+            tracing::error!("{}", eventd::errors::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
