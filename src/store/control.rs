@@ -3,10 +3,10 @@
 //! An active shard has one writer (R8), so retention's deletions run on the
 //! writer's own connection, between two of its commits. The coordinator
 //! leaves one request in the writer's [`WriterControl`], which the writer
-//! looks for (under its lock) after every commit. An idle writer sleeps on its channel, so
-//! the coordinator also puts a [`Kind::Control`] item there to wake it (no
-//! second wakeup path, no polling); a channel too full for that item means
-//! the writer is busy, and its next commit is soon. The writer runs the
+//! looks for (under its lock) after every commit. An idle writer sleeps on
+//! its channel, so the coordinator also puts a [`Kind::Control`] item there
+//! to wake it (no second wakeup path, no polling); a channel too full for
+//! that item means the writer is busy, and its next commit is soon. The writer runs the
 //! request and leaves the answer; the coordinator waits for it with a
 //! deadline. Under a load that keeps the channel full, retention is served
 //! once per commit and never waits for room the drains take first.

@@ -80,7 +80,7 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), i64>> {
 /// a 4 KiB page (SQLite's default) with about fifteen, so inserts spend
 /// much of their time on per-page work (splitting and balancing b-tree
 /// pages, WAL frames and their checksums, page-cache lookups); with 32 KiB
-/// pages the bare insert ceiling was 1.5-1.6x as fast (`pragmas` in
+/// pages the bare insert ceiling was 1.4-1.6x as fast (`pragmas` in
 /// docs/performance.md). Existing files keep the size they were made with.
 pub const PAGE_BYTES: i64 = 32 << 10;
 

@@ -501,9 +501,9 @@ mod tests {
         let page = conn
             .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
             .unwrap() as u64;
-        // Rows of about 230 bytes: some 200 pages of them, whatever the page
-        // size.
-        let rows = 200 * page / 200;
+        // As many rows of about 230 bytes as a page has bytes: some 200
+        // pages of them, whatever the page size.
+        let rows = page;
         let tx = conn.transaction().unwrap();
         for seq in 1..=rows as i64 {
             tx.execute(
