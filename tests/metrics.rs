@@ -152,6 +152,25 @@ fn metrics_match_counted_truth_after_a_known_load() {
     let mut answer = String::new();
     BufReader::new(&s).read_line(&mut answer).unwrap();
     assert!(answer.contains("bad_request"), "{answer}");
+    // Requests served: a query, a report, and again, counted one each (the
+    // HTTP scrapes that read the figure are not requests).
+    let served = || parse(&scrape_http(port), "")["eventd_queries_total"][""];
+    let before = served();
+    for args in [
+        &["query", "--limit", "1"][..],
+        &["stats"],
+        &["query"],
+        &["config"],
+    ] {
+        let out = Command::new(EVENTCTL)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+    }
+    assert_eq!(served() - before, 4.0);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if root {
