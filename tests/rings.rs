@@ -272,6 +272,48 @@ fn dead_producer_reservation_is_skipped_and_counted() {
     assert_eq!(ledger.seen["a"], vec![0, 1, 2, 3]);
 }
 
+/// Producers killed together leave adjacent dead reservations: the reader
+/// loses only those and goes on with the next committed record.
+#[test]
+fn adjacent_dead_producers_lose_only_their_own_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring(dir.path(), 4096, 8);
+    ring.emit(&event("a:0")).unwrap();
+    // Two that died before stamping, then one that stamped and died.
+    ring.reserve_and_die_for_tests(10, false);
+    ring.reserve_and_die_for_tests(12, false);
+    ring.reserve_and_die_for_tests(9, true);
+    ring.emit(&event("a:1")).unwrap();
+    ring.emit(&event("a:2")).unwrap();
+    let mut reader = RingReader::new(ring.clone());
+    let mut ledger = Ledger::new();
+    drain_to(&mut reader, &mut ledger, 7);
+    assert_eq!(ledger.seen["a"], vec![0, 1, 2], "{:?}", ledger.lost);
+    assert_eq!(ledger.lost["abandoned"], 3);
+    assert_eq!(ledger.lost.len(), 1, "{:?}", ledger.lost);
+    // The stamped one was ended as abandoned, so had its producer only been
+    // slow, its commit would now fail instead of reporting success.
+    {
+        use eventd::rings::format::{RecordState, RECORD_HEADER_WORDS, STATE_ABANDONED};
+        use std::os::unix::fs::FileExt;
+        let g = ring.geometry();
+        let file = std::fs::File::open(ring.path()).unwrap();
+        let word_at = |index: usize| {
+            let mut b = [0u8; 8];
+            file.read_exact_at(&mut b, index as u64 * 8).unwrap();
+            u64::from_le_bytes(b)
+        };
+        let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+        let stamped_at = first.words + 2 * RECORD_HEADER_WORDS as u32 + 10 + 12;
+        let stamped = RecordState::unpack(word_at(g.data_index(0, stamped_at)));
+        assert_eq!((stamped.seq_low, stamped.state), (4, STATE_ABANDONED));
+    }
+    // The page goes on being read.
+    ring.emit(&event("a:3")).unwrap();
+    ledger.drain(&mut reader);
+    assert_eq!(ledger.seen["a"], vec![0, 1, 2, 3]);
+}
+
 /// A word inside a dead, unstamped record that looks like the next
 /// record's state word (as a stale record's pid/tid word can) is passed
 /// over: the reader finds the real next record by its checksum.

@@ -136,6 +136,17 @@ impl ReadPosition {
     }
 }
 
+/// Where the reader resumes after a record whose producer died unstamped.
+enum Following {
+    /// The record at `offset` is the next one readable; `skipped` sequence
+    /// numbers before it are lost.
+    At { offset: u32, skipped: u64 },
+    /// A record in between is being committed right now: look again.
+    NotYet,
+    /// Nothing readable follows (yet).
+    None,
+}
+
 /// What a step of `poll` found.
 enum Step {
     /// A valid event, copied into `buf`.
@@ -440,10 +451,17 @@ impl RingReader {
                 return Step::Idle;
             }
             if self.index + 1 < limit {
-                if let Some(next) = self.find_following_record() {
-                    let gap = self.gap(1, LossReason::Abandoned);
-                    self.advance(next - self.offset);
-                    return Step::Gap(gap);
+                match self.find_following_record(limit - self.index - 1) {
+                    Following::At { offset, skipped } => {
+                        let gap = self.gap(skipped, LossReason::Abandoned);
+                        self.offset = offset;
+                        // `skipped` is at most the page's remaining count.
+                        self.index += skipped as u32;
+                        self.stall = None;
+                        return Step::Gap(gap);
+                    }
+                    Following::NotYet => return Step::Idle,
+                    Following::None => {}
                 }
             }
             return self.skip_rest_of_page(limit, sealed, LossReason::Abandoned);
@@ -479,27 +497,42 @@ impl RingReader {
         }
     }
 
-    /// The offset of the record after an unstamped one (whose length is
-    /// unknown): the first place in the page holding a committed record
-    /// that names the next sequence number and passes its checksum. Older
-    /// laps hold lower numbers, and a word inside a stale record that only
-    /// looks like such a state word fails the checksum, so the scan goes
-    /// on past it. A next record still being written is not taken: the
-    /// scan runs again at the next step. The found record is then read
-    /// like any other (its re-reads and checksum again).
-    fn find_following_record(&mut self) -> Option<u32> {
+    /// The record to resume at after an unstamped one (whose length is
+    /// unknown): the first committed record in the page that names one of
+    /// the next `remaining` sequence numbers after it and passes its
+    /// checksum; the one nearest in sequence wins. Usually that is the very
+    /// next number; it is a later one when the producers of the records in
+    /// between died too (killed together). Older laps hold lower numbers,
+    /// and a word inside a stale record that only looks like such a state
+    /// word fails the checksum, so the scan goes on past it. A next record
+    /// still being written is not taken: the scan runs again at the next
+    /// step. The found record is then read like any other (its re-reads
+    /// and checksum again).
+    ///
+    /// Records skipped in between that were stamped RESERVED are marked
+    /// ABANDONED first, as a stalled reservation is, so a producer that
+    /// was only slow fails its commit rather than believing its event
+    /// stored; one that committed meanwhile makes the reader look again.
+    fn find_following_record(&mut self, remaining: u32) -> Following {
         let g = self.ring.geometry;
         let data_words = g.data_words();
-        let want = self.next_seq().wrapping_add(1) & SEQ_LOW_MASK;
+        let next_low = self.next_seq() & SEQ_LOW_MASK;
+        let distance = |seq_low: u64| seq_low.wrapping_sub(next_low) & SEQ_LOW_MASK;
         let first = self.offset + RECORD_HEADER_WORDS as u32;
-        let last = data_words.checked_sub(RECORD_HEADER_WORDS as u32)?;
+        let Some(last) = data_words.checked_sub(RECORD_HEADER_WORDS as u32) else {
+            return Following::None;
+        };
+        let mut best: Option<(u32, u64)> = None;
         for offset in first..=last {
             let base = g.data_index(self.ticket, offset);
             // Acquire: pairs with the producer's Release commit, so the
             // copy below sees the body that was committed.
             let word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
             let state = RecordState::unpack(word);
-            if state.seq_low != want
+            let d = distance(state.seq_low);
+            if d == 0
+                || d > u64::from(remaining)
+                || best.is_some_and(|(_, b)| d >= b)
                 || state.state != STATE_COMMITTED
                 || (state.words as usize) < RECORD_HEADER_WORDS
                 || offset + state.words > data_words
@@ -510,10 +543,47 @@ impl RingReader {
             self.buf.resize(state.words as usize, 0);
             self.ring.mem.copy_words(base, &mut self.buf);
             if self.buf[R_STATE] == word && validate(&self.buf).is_ok() {
-                return Some(offset);
+                best = Some((offset, d));
+                if d == 1 {
+                    break;
+                }
             }
         }
-        None
+        let Some((found, skipped)) = best else {
+            return Following::None;
+        };
+        // The records between (sequence distances 1..skipped) lie before
+        // `found`: stamped ones among them are ended as abandoned.
+        for offset in first..found {
+            let base = g.data_index(self.ticket, offset);
+            let word = self.ring.mem.word(base + R_STATE).load(Ordering::Relaxed);
+            let state = RecordState::unpack(word);
+            let d = distance(state.seq_low);
+            if state.state != STATE_RESERVED || d == 0 || d >= skipped {
+                continue;
+            }
+            let abandoned = RecordState {
+                state: STATE_ABANDONED,
+                ..state
+            }
+            .pack();
+            // Relaxed on success: the record is given up, nothing of it is
+            // read. A failure means its producer committed just now (or the
+            // word was not a state word after all and changed): look again.
+            if self
+                .ring
+                .mem
+                .word(base + R_STATE)
+                .compare_exchange(word, abandoned, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                return Following::NotYet;
+            }
+        }
+        Following::At {
+            offset: found,
+            skipped,
+        }
     }
 
     fn copy_record(&mut self, meta_word: u64, state_word: u64, base: usize, words: u32) -> Step {
