@@ -314,6 +314,62 @@ fn adjacent_dead_producers_lose_only_their_own_records() {
     assert_eq!(ledger.seen["a"], vec![0, 1, 2, 3]);
 }
 
+/// Past a dead unstamped record, a farther record is not jumped to at once:
+/// a stamped record in between (a producer that is only slow) gets the
+/// stall bound too, and is read if it commits within it.
+#[test]
+fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
+    use eventd::rings::format::{RecordState, RECORD_HEADER_WORDS, STATE_RESERVED};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring(dir.path(), 4096, 8);
+    ring.emit(&event("a:0")).unwrap();
+    ring.reserve_and_die_for_tests(10, false);
+    ring.emit(&event("a:1")).unwrap();
+    ring.emit(&event("a:2")).unwrap();
+    // a:1 (seq 3) is made to look written but not yet committed.
+    let g = ring.geometry();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring.path())
+        .unwrap();
+    let word_at = |index: usize| {
+        let mut b = [0u8; 8];
+        file.read_exact_at(&mut b, index as u64 * 8).unwrap();
+        u64::from_le_bytes(b)
+    };
+    let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+    let slow = g.data_index(0, first.words + RECORD_HEADER_WORDS as u32 + 10);
+    let committed = word_at(slow);
+    let reserved = RecordState {
+        state: STATE_RESERVED,
+        ..RecordState::unpack(committed)
+    };
+    assert_eq!(reserved.seq_low, 3);
+    file.write_all_at(&reserved.pack().to_le_bytes(), slow as u64 * 8)
+        .unwrap();
+    let mut reader = RingReader::new(ring.clone());
+    let mut ledger = Ledger::new();
+    ledger.drain(&mut reader);
+    // Past the dead record's bound: the way on is a:2, two numbers on, so
+    // the reader waits again rather than giving a:1 up.
+    std::thread::sleep(Duration::from_millis(300));
+    ledger.drain(&mut reader);
+    assert_eq!(ledger.seen["a"], vec![0]);
+    assert_eq!(
+        RecordState::unpack(word_at(slow)),
+        reserved,
+        "given up at once"
+    );
+    // Its producer commits: only the dead record is lost.
+    file.write_all_at(&committed.to_le_bytes(), slow as u64 * 8)
+        .unwrap();
+    drain_to(&mut reader, &mut ledger, 5);
+    assert_eq!(ledger.seen["a"], vec![0, 1, 2], "{:?}", ledger.lost);
+    assert_eq!(ledger.lost["abandoned"], 1);
+}
+
 /// A word inside a dead, unstamped record that looks like the next
 /// record's state word (as a stale record's pid/tid word can) is passed
 /// over: the reader finds the real next record by its checksum.

@@ -172,6 +172,9 @@ pub struct RingReader {
     buf: Vec<u64>,
     /// The record the reader waits on and since when (ms, `sync` clock).
     stall: Option<(u64, u64)>,
+    /// Past an unstamped dead record, the farther record the reader would
+    /// resume at (full sequence) and since when: see `find_following_record`.
+    jump: Option<(u64, u64)>,
     delivered: u64,
     lost: u64,
 }
@@ -211,6 +214,7 @@ impl RingReader {
             first_seq: position.next_seq - u64::from(position.index),
             buf: Vec::with_capacity(capacity),
             stall: None,
+            jump: None,
             delivered: 0,
             lost: 0,
         }
@@ -350,7 +354,7 @@ impl RingReader {
         self.ticket = (self.ticket + 1) & TICKET_MASK;
         self.offset = 0;
         self.index = 0;
-        self.stall = None;
+        self.clear_waits();
         // Producers and monitors see progress page by page, not only when
         // the reader idles. (Left out of loom models: monitoring only.)
         if !cfg!(loom) {
@@ -368,7 +372,7 @@ impl RingReader {
     fn advance(&mut self, words: u32) {
         self.offset += words;
         self.index += 1;
-        self.stall = None;
+        self.clear_waits();
     }
 
     fn gap(&self, count: u64, reason: LossReason) -> Gap {
@@ -378,6 +382,12 @@ impl RingReader {
             to_seq: from_seq.saturating_add(count - 1),
             reason,
         }
+    }
+
+    /// Forgets what the reader was waiting on (it moved).
+    fn clear_waits(&mut self) {
+        self.stall = None;
+        self.jump = None;
     }
 
     /// Whether the record the reader waits on has waited past the bound.
@@ -457,7 +467,7 @@ impl RingReader {
                         self.offset = offset;
                         // `skipped` is at most the page's remaining count.
                         self.index += skipped as u32;
-                        self.stall = None;
+                        self.clear_waits();
                         return Step::Gap(gap);
                     }
                     Following::NotYet => return Step::Idle,
@@ -509,10 +519,15 @@ impl RingReader {
     /// step. The found record is then read like any other (its re-reads
     /// and checksum again).
     ///
-    /// Records skipped in between that were stamped RESERVED are marked
-    /// ABANDONED first, as a stalled reservation is, so a producer that
-    /// was only slow fails its commit rather than believing its event
-    /// stored; one that committed meanwhile makes the reader look again.
+    /// A farther record (producers in between that have not committed)
+    /// is taken only after it has been the way on for the stall bound, so
+    /// the records in between get the same time as the dead one. Then,
+    /// with the page checked to be still ours, records in between that were
+    /// stamped RESERVED are marked ABANDONED, as a stalled reservation is,
+    /// so a producer that was only slow fails its commit rather than
+    /// believing its event stored. One that commits as this happens makes
+    /// the reader look again, and one that committed just before is found
+    /// by a last look and resumed at instead.
     fn find_following_record(&mut self, remaining: u32) -> Following {
         let g = self.ring.geometry;
         let data_words = g.data_words();
@@ -522,36 +537,46 @@ impl RingReader {
         let Some(last) = data_words.checked_sub(RECORD_HEADER_WORDS as u32) else {
             return Following::None;
         };
-        let mut best: Option<(u32, u64)> = None;
-        for offset in first..=last {
-            let base = g.data_index(self.ticket, offset);
-            // Acquire: pairs with the producer's Release commit, so the
-            // copy below sees the body that was committed.
-            let word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
-            let state = RecordState::unpack(word);
-            let d = distance(state.seq_low);
-            if d == 0
-                || d > u64::from(remaining)
-                || best.is_some_and(|(_, b)| d >= b)
-                || state.state != STATE_COMMITTED
-                || (state.words as usize) < RECORD_HEADER_WORDS
-                || offset + state.words > data_words
-            {
-                continue;
-            }
-            self.buf.clear();
-            self.buf.resize(state.words as usize, 0);
-            self.ring.mem.copy_words(base, &mut self.buf);
-            if self.buf[R_STATE] == word && validate(&self.buf).is_ok() {
-                best = Some((offset, d));
-                if d == 1 {
-                    break;
-                }
-            }
-        }
+        // Acquire: the meta word this scan starts under, re-checked below.
+        let meta_before = self
+            .ring
+            .mem
+            .word(g.meta_index(self.ticket))
+            .load(Ordering::Acquire);
+        let best = self.nearest_committed(first, last + 1, u64::from(remaining) + 1);
         let Some((found, skipped)) = best else {
             return Following::None;
         };
+        if skipped > 1 {
+            // Records between were reserved before the found one was
+            // committed, perhaps only just: they get the same bound as the
+            // dead one, counted from when the reader first saw this way on.
+            let now = crate::sync::monotonic_ms();
+            let target = self.next_seq().saturating_add(skipped);
+            match self.jump {
+                Some((t, since)) if t == target => {
+                    if now.saturating_sub(since) < STALL_BOUND_MS {
+                        return Following::NotYet;
+                    }
+                }
+                _ => {
+                    self.jump = Some((target, now));
+                    return Following::NotYet;
+                }
+            }
+        }
+        // The page must still be ours before anything in it is changed.
+        // Acquire fence: as in `copy_record`, a scan that read a later lap's
+        // words sees that lap's meta word here.
+        fence(Ordering::Acquire);
+        let meta_now = self
+            .ring
+            .mem
+            .word(g.meta_index(self.ticket))
+            .load(Ordering::Relaxed);
+        if meta_now != meta_before {
+            return Following::NotYet;
+        }
         // The records between (sequence distances 1..skipped) lie before
         // `found`: stamped ones among them are ended as abandoned.
         for offset in first..found {
@@ -580,10 +605,52 @@ impl RingReader {
                 return Following::NotYet;
             }
         }
+        // One in between may have committed after the scan and before its
+        // word was looked at above (committed stays committed, abandoned
+        // can no longer commit): resume at it if so.
+        if let Some((offset, d)) = self.nearest_committed(first, found, skipped) {
+            return Following::At { offset, skipped: d };
+        }
         Following::At {
             offset: found,
             skipped,
         }
+    }
+
+    /// The committed, checksum-valid record at an offset in `from..to` whose
+    /// sequence is nearest after the next one, closer than `below`: its
+    /// offset and sequence distance.
+    fn nearest_committed(&mut self, from: u32, to: u32, below: u64) -> Option<(u32, u64)> {
+        let g = self.ring.geometry;
+        let data_words = g.data_words();
+        let next_low = self.next_seq() & SEQ_LOW_MASK;
+        let mut best: Option<(u32, u64)> = None;
+        for offset in from..to {
+            let base = g.data_index(self.ticket, offset);
+            // Acquire: pairs with the producer's Release commit, so the
+            // copy below sees the body that was committed.
+            let word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
+            let state = RecordState::unpack(word);
+            let d = state.seq_low.wrapping_sub(next_low) & SEQ_LOW_MASK;
+            if d == 0
+                || d >= best.map_or(below, |(_, b)| b)
+                || state.state != STATE_COMMITTED
+                || (state.words as usize) < RECORD_HEADER_WORDS
+                || offset + state.words > data_words
+            {
+                continue;
+            }
+            self.buf.clear();
+            self.buf.resize(state.words as usize, 0);
+            self.ring.mem.copy_words(base, &mut self.buf);
+            if self.buf[R_STATE] == word && validate(&self.buf).is_ok() {
+                best = Some((offset, d));
+                if d == 1 {
+                    break;
+                }
+            }
+        }
+        best
     }
 
     fn copy_record(&mut self, meta_word: u64, state_word: u64, base: usize, words: u32) -> Step {
@@ -649,7 +716,7 @@ impl RingReader {
         self.offset = 0;
         self.index = 0;
         self.first_seq = first_seq;
-        self.stall = None;
+        self.clear_waits();
         match gap {
             Some(gap) => Step::Gap(gap),
             None => Step::Continue,
