@@ -237,6 +237,34 @@ fn drain_to(reader: &mut RingReader, ledger: &mut Ledger, next_seq: u64) {
     }
 }
 
+/// The ring's file, word by word, as a test reads and scribbles it.
+struct RingFile(std::fs::File);
+
+impl RingFile {
+    fn open(ring: &Ring) -> RingFile {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(ring.path())
+            .unwrap();
+        RingFile(file)
+    }
+
+    fn word(&self, index: usize) -> u64 {
+        use std::os::unix::fs::FileExt;
+        let mut b = [0u8; 8];
+        self.0.read_exact_at(&mut b, index as u64 * 8).unwrap();
+        u64::from_le_bytes(b)
+    }
+
+    fn set(&self, index: usize, word: u64) {
+        use std::os::unix::fs::FileExt;
+        self.0
+            .write_all_at(&word.to_le_bytes(), index as u64 * 8)
+            .unwrap();
+    }
+}
+
 #[test]
 fn dead_producer_reservation_is_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -295,17 +323,11 @@ fn adjacent_dead_producers_lose_only_their_own_records() {
     // slow, its commit would now fail instead of reporting success.
     {
         use eventd::rings::format::{RecordState, RECORD_HEADER_WORDS, STATE_ABANDONED};
-        use std::os::unix::fs::FileExt;
         let g = ring.geometry();
-        let file = std::fs::File::open(ring.path()).unwrap();
-        let word_at = |index: usize| {
-            let mut b = [0u8; 8];
-            file.read_exact_at(&mut b, index as u64 * 8).unwrap();
-            u64::from_le_bytes(b)
-        };
-        let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+        let file = RingFile::open(&ring);
+        let first = RecordState::unpack(file.word(g.data_index(0, 0)));
         let stamped_at = first.words + 2 * RECORD_HEADER_WORDS as u32 + 10 + 12;
-        let stamped = RecordState::unpack(word_at(g.data_index(0, stamped_at)));
+        let stamped = RecordState::unpack(file.word(g.data_index(0, stamped_at)));
         assert_eq!((stamped.seq_low, stamped.state), (4, STATE_ABANDONED));
     }
     // The page goes on being read.
@@ -320,7 +342,6 @@ fn adjacent_dead_producers_lose_only_their_own_records() {
 #[test]
 fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
     use eventd::rings::format::{RecordState, RECORD_HEADER_WORDS, STATE_RESERVED};
-    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let ring = ring(dir.path(), 4096, 8);
     ring.emit(&event("a:0")).unwrap();
@@ -329,26 +350,16 @@ fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
     ring.emit(&event("a:2")).unwrap();
     // a:1 (seq 3) is made to look written but not yet committed.
     let g = ring.geometry();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(ring.path())
-        .unwrap();
-    let word_at = |index: usize| {
-        let mut b = [0u8; 8];
-        file.read_exact_at(&mut b, index as u64 * 8).unwrap();
-        u64::from_le_bytes(b)
-    };
-    let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+    let file = RingFile::open(&ring);
+    let first = RecordState::unpack(file.word(g.data_index(0, 0)));
     let slow = g.data_index(0, first.words + RECORD_HEADER_WORDS as u32 + 10);
-    let committed = word_at(slow);
+    let committed = file.word(slow);
     let reserved = RecordState {
         state: STATE_RESERVED,
         ..RecordState::unpack(committed)
     };
     assert_eq!(reserved.seq_low, 3);
-    file.write_all_at(&reserved.pack().to_le_bytes(), slow as u64 * 8)
-        .unwrap();
+    file.set(slow, reserved.pack());
     let mut reader = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
     ledger.drain(&mut reader);
@@ -358,13 +369,12 @@ fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
     ledger.drain(&mut reader);
     assert_eq!(ledger.seen["a"], vec![0]);
     assert_eq!(
-        RecordState::unpack(word_at(slow)),
+        RecordState::unpack(file.word(slow)),
         reserved,
         "given up at once"
     );
     // Its producer commits: only the dead record is lost.
-    file.write_all_at(&committed.to_le_bytes(), slow as u64 * 8)
-        .unwrap();
+    file.set(slow, committed);
     drain_to(&mut reader, &mut ledger, 5);
     assert_eq!(ledger.seen["a"], vec![0, 1, 2], "{:?}", ledger.lost);
     assert_eq!(ledger.lost["abandoned"], 1);
@@ -376,23 +386,13 @@ fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
 #[test]
 fn a_look_alike_state_word_in_a_dead_record_is_passed_over() {
     use eventd::rings::format::{RecordState, STATE_COMMITTED};
-    use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().unwrap();
     let ring = ring(dir.path(), 4096, 8);
     ring.emit(&event("a:0")).unwrap();
     let g = ring.geometry();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(ring.path())
-        .unwrap();
-    let word_at = |index: usize| {
-        let mut b = [0u8; 8];
-        file.read_exact_at(&mut b, index as u64 * 8).unwrap();
-        u64::from_le_bytes(b)
-    };
+    let file = RingFile::open(&ring);
     // Where the dead record will start: right after a:0 (seq 1).
-    let first = RecordState::unpack(word_at(g.data_index(0, 0)));
+    let first = RecordState::unpack(file.word(g.data_index(0, 0)));
     assert_eq!(first.seq_low, 1);
     let dead_at = first.words;
     ring.reserve_and_die_for_tests(10, false);
@@ -404,8 +404,7 @@ fn a_look_alike_state_word_in_a_dead_record_is_passed_over() {
         state: STATE_COMMITTED,
     }
     .pack();
-    file.write_all_at(&fake.to_le_bytes(), g.data_index(0, dead_at + 6) as u64 * 8)
-        .unwrap();
+    file.set(g.data_index(0, dead_at + 6), fake);
     ring.emit(&event("a:1")).unwrap();
     let mut reader = RingReader::new(ring.clone());
     let mut ledger = Ledger::new();
