@@ -486,25 +486,40 @@ impl RingReader {
                 if !self.stalled_out() {
                     return Step::Idle;
                 }
-                let abandoned = RecordState {
-                    state: STATE_ABANDONED,
-                    ..state
-                }
-                .pack();
-                // Acquire on failure: the producer committed just now.
-                match self.ring.mem.word(base + R_STATE).compare_exchange(
-                    state_word,
-                    abandoned,
-                    Ordering::Relaxed,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => self.skip_record(words, LossReason::Abandoned),
-                    Err(_) => Step::Continue,
+                if self.abandon(base, state_word) {
+                    self.skip_record(words, LossReason::Abandoned)
+                } else {
+                    Step::Continue
                 }
             }
             STATE_ABANDONED => self.skip_record(words, LossReason::Abandoned),
             _ => self.skip_rest_of_page(limit, sealed, LossReason::Corrupt),
         }
+    }
+
+    /// Ends the stamped reservation at `base` (state word `state_word`) as
+    /// abandoned, so its producer's commit fails; false if the word changed
+    /// first (its producer committed).
+    fn abandon(&self, base: usize, state_word: u64) -> bool {
+        let abandoned = RecordState {
+            state: STATE_ABANDONED,
+            ..RecordState::unpack(state_word)
+        }
+        .pack();
+        // Relaxed on success: the record is given up, nothing of it is read.
+        // Acquire on failure: the producer committed just now, and its body
+        // is read next.
+        self.ring
+            .mem
+            .word(base + R_STATE)
+            .compare_exchange(state_word, abandoned, Ordering::Relaxed, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// How many sequence numbers after the next one `seq_low` (a state
+    /// word's low bits) names: 0 for the next one itself.
+    fn seq_distance(&self, seq_low: u64) -> u64 {
+        seq_low.wrapping_sub(self.next_seq() & SEQ_LOW_MASK) & SEQ_LOW_MASK
     }
 
     /// The record to resume at after an unstamped one (whose length is
@@ -531,8 +546,6 @@ impl RingReader {
     fn find_following_record(&mut self, remaining: u32) -> Following {
         let g = self.ring.geometry;
         let data_words = g.data_words();
-        let next_low = self.next_seq() & SEQ_LOW_MASK;
-        let distance = |seq_low: u64| seq_low.wrapping_sub(next_low) & SEQ_LOW_MASK;
         let first = self.offset + RECORD_HEADER_WORDS as u32;
         let Some(last) = data_words.checked_sub(RECORD_HEADER_WORDS as u32) else {
             return Following::None;
@@ -583,25 +596,13 @@ impl RingReader {
             let base = g.data_index(self.ticket, offset);
             let word = self.ring.mem.word(base + R_STATE).load(Ordering::Relaxed);
             let state = RecordState::unpack(word);
-            let d = distance(state.seq_low);
+            let d = self.seq_distance(state.seq_low);
             if state.state != STATE_RESERVED || d == 0 || d >= skipped {
                 continue;
             }
-            let abandoned = RecordState {
-                state: STATE_ABANDONED,
-                ..state
-            }
-            .pack();
-            // Relaxed on success: the record is given up, nothing of it is
-            // read. A failure means its producer committed just now (or the
-            // word was not a state word after all and changed): look again.
-            if self
-                .ring
-                .mem
-                .word(base + R_STATE)
-                .compare_exchange(word, abandoned, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
+            // A failure means its producer committed just now (or the word
+            // was not a state word after all and changed): look again.
+            if !self.abandon(base, word) {
                 return Following::NotYet;
             }
         }
@@ -623,7 +624,6 @@ impl RingReader {
     fn nearest_committed(&mut self, from: u32, to: u32, below: u64) -> Option<(u32, u64)> {
         let g = self.ring.geometry;
         let data_words = g.data_words();
-        let next_low = self.next_seq() & SEQ_LOW_MASK;
         let mut best: Option<(u32, u64)> = None;
         for offset in from..to {
             let base = g.data_index(self.ticket, offset);
@@ -631,7 +631,7 @@ impl RingReader {
             // copy below sees the body that was committed.
             let word = self.ring.mem.word(base + R_STATE).load(Ordering::Acquire);
             let state = RecordState::unpack(word);
-            let d = state.seq_low.wrapping_sub(next_low) & SEQ_LOW_MASK;
+            let d = self.seq_distance(state.seq_low);
             if d == 0
                 || d >= best.map_or(below, |(_, b)| b)
                 || state.state != STATE_COMMITTED
