@@ -2,36 +2,38 @@
 //! message as an indexed, queryable SQLite row can do per message, run in
 //! this process on the same machine beside the same sender.
 //!
-//! Two threads. One takes up to 64 datagrams per `recvmmsg` with their
-//! SCM_CREDENTIALS, parses each with eventd's parser and builds the row
-//! eventd would store (the same fields text); it hands each call's rows to
-//! the other through a std channel. The other inserts them into one shard
-//! database (eventd's schema, pragmas, page size and insert statement),
-//! one transaction per 1000 rows or, like eventd's writers, whatever came
-//! within 1 ms of a smaller batch. There are
-//! no rings, drains, receipts or gap accounting, and nothing received
-//! survives a crash before its commit: what eventd does on top of this is
-//! what its guarantees cost.
+//! Two threads. One receives with eventd's own `recvmmsg` loop (up to 64
+//! datagrams per call, with their SCM_CREDENTIALS), parses each message
+//! with eventd's parser and builds the event eventd would store
+//! (`record::stored_event`: the same columns and fields text); it hands
+//! the rows to the other through a std channel. The other inserts them into
+//! one shard database (eventd's schema, pragmas, page size and insert
+//! statement), one transaction per 1000 rows or, like eventd's writers,
+//! whatever came within 1 ms of a smaller batch. There are no rings,
+//! drains, receipts or gap accounting, and nothing received survives a
+//! crash before its commit: what eventd does on top of this is what its
+//! guarantees cost.
 
 use anyhow::Context;
-use eventd::syslog::parse::{facility_name, parse};
-use eventd::syslog::record::control_messages;
-use std::os::fd::AsRawFd;
+use eventd::rings::format::{Geometry, PAGE_SIZE_DEFAULT, RING_BYTES_DEFAULT};
+use eventd::syslog::record::{stored_event, Transport};
+use eventd::syslog::{parse::parse, recvmmsg, SyslogStats};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-const BATCH: usize = 64;
-const DATAGRAM_BYTES: usize = 16 << 10;
-const CONTROL_BYTES: usize = 64;
 const ROWS_PER_COMMIT: usize = 1000;
 
 pub struct Floor {
     socket: PathBuf,
     stored: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<anyhow::Result<()>>>,
+    /// Written at stop: wakes the receiver's wait (as eventd's listener's).
+    wake: OwnedFd,
+    receiver: Option<std::thread::JoinHandle<()>>,
+    writer: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Floor {
@@ -52,17 +54,23 @@ impl Floor {
         if rc != 0 {
             return Err(std::io::Error::last_os_error()).context("SO_PASSCRED");
         }
-        // Wakes the receiver at stop without a message.
-        s.set_read_timeout(Some(std::time::Duration::from_millis(100)))?;
+        // SAFETY: eventfd has no memory preconditions; the result is
+        // checked before it is owned.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if wake < 0 {
+            return Err(std::io::Error::last_os_error()).context("eventfd");
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(wake) };
         let conn = eventd::store::open_shard(&eventd::store::shard_path(dir, 0))?;
         let stored = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let receiver = {
-            let stop = stop.clone();
+            let (stop, wake_fd) = (stop.clone(), wake.as_raw_fd());
             std::thread::Builder::new()
                 .name("floor-receive".into())
-                .spawn(move || receive(s, &tx, &stop))?
+                .spawn(move || receive(&s, wake_fd, &tx, &stop))?
         };
         let writer = {
             let stored = stored.clone();
@@ -74,7 +82,9 @@ impl Floor {
             socket,
             stored,
             stop,
-            threads: vec![receiver, writer],
+            wake,
+            receiver: Some(receiver),
+            writer: Some(writer),
         })
     }
 }
@@ -90,12 +100,18 @@ impl crate::syslogbench::Running for Floor {
 
     fn stop(&mut self) -> anyhow::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
+        let one = 1u64;
+        // SAFETY: writes the 8 bytes of `one` to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
         // The receiver ends first; its sender's drop ends the writer.
-        for t in self.threads.drain(..) {
-            t.join()
-                .map_err(|_| anyhow::anyhow!("a floor thread panicked"))??;
+        let panicked = || anyhow::anyhow!("a floor thread panicked");
+        if let Some(t) = self.receiver.take() {
+            t.join().map_err(|_| panicked())?;
         }
-        Ok(())
+        match self.writer.take() {
+            Some(t) => t.join().map_err(|_| panicked())?,
+            None => Ok(()),
+        }
     }
 }
 
@@ -104,116 +120,79 @@ struct Row {
     ts: i64,
     seq: i64,
     pid: i64,
+    tid: i64,
     uid: i64,
     level: i64,
     provider: String,
-    name: &'static str,
+    name: String,
     message: String,
     fields: String,
 }
 
 fn receive(
-    s: UnixDatagram,
-    tx: &std::sync::mpsc::Sender<Vec<Row>>,
+    s: &UnixDatagram,
+    wake_fd: std::os::fd::RawFd,
+    tx: &std::sync::mpsc::Sender<Row>,
     stop: &AtomicBool,
-) -> anyhow::Result<()> {
-    let mut data = vec![0u8; BATCH * DATAGRAM_BYTES];
-    let mut control = vec![0u8; BATCH * CONTROL_BYTES];
+) {
+    // The record size of eventd's default rings bounds an event the same way.
+    let max = Geometry::for_ring_bytes(RING_BYTES_DEFAULT, PAGE_SIZE_DEFAULT)
+        .map_or(usize::MAX, |g| g.payload_bytes_max());
+    let stats = SyslogStats::default();
+    let mut fields = Vec::new();
     let mut seq = 0i64;
-    loop {
-        let base = data.as_mut_ptr();
-        let mut iovecs: Vec<libc::iovec> = (0..BATCH)
-            .map(|i| libc::iovec {
-                // SAFETY: inside `data` (BATCH slots of DATAGRAM_BYTES).
-                iov_base: unsafe { base.add(i * DATAGRAM_BYTES) }.cast(),
-                iov_len: DATAGRAM_BYTES,
-            })
-            .collect();
-        // SAFETY: mmsghdr is plain data; all-zero is a valid value.
-        let mut headers: Vec<libc::mmsghdr> =
-            (0..BATCH).map(|_| unsafe { std::mem::zeroed() }).collect();
-        for (i, h) in headers.iter_mut().enumerate() {
-            h.msg_hdr.msg_iov = &mut iovecs[i];
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = control[i * CONTROL_BYTES..].as_mut_ptr().cast();
-            h.msg_hdr.msg_controllen = CONTROL_BYTES as _;
-        }
-        // Waits for one datagram (the socket's read timeout bounds the
-        // wait, for the stop flag) and takes what else is queued.
-        // SAFETY: every header points into `data`/`control`, alive and
-        // sized as declared for the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                s.as_raw_fd(),
-                headers.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_WAITFORONE,
-                std::ptr::null_mut(),
-            )
-        };
-        if n <= 0 {
-            if stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            continue;
-        }
-        let now = eventd::rings::now_ns();
-        let mut rows = Vec::with_capacity(n as usize);
-        for (i, h) in headers.iter().take(n as usize).enumerate() {
-            let len = (h.msg_len as usize).min(DATAGRAM_BYTES);
-            let bytes = &data[i * DATAGRAM_BYTES..i * DATAGRAM_BYTES + len];
-            #[allow(clippy::unnecessary_cast)]
-            let control_len = (h.msg_hdr.msg_controllen as usize).min(CONTROL_BYTES);
-            let creds =
-                control_messages(&control[i * CONTROL_BYTES..i * CONTROL_BYTES + control_len]);
-            let p = parse(bytes);
-            let mut fields = serde_json::Map::new();
-            fields.insert("transport".into(), "dgram".into());
-            fields.insert("format".into(), "rfc3164".into());
-            fields.insert("facility".into(), facility_name(p.facility).into());
-            fields.insert("gid".into(), creds.map_or(0, |c| c.gid).into());
-            for (key, value) in [
-                ("hostname", &p.hostname),
-                ("procid", &p.procid),
-                ("timestamp", &p.timestamp),
-            ] {
-                if let Some(v) = value {
-                    fields.insert(key.into(), v.to_string().into());
-                }
-            }
+    recvmmsg::run(
+        s.as_raw_fd(),
+        wake_fd,
+        &mut |bytes, len, creds| {
+            let parsed = parse(bytes);
+            let Some(e) = stored_event(
+                &parsed,
+                bytes,
+                len,
+                creds,
+                Transport::Datagram,
+                max,
+                &mut fields,
+            ) else {
+                return;
+            };
             seq += 1;
-            rows.push(Row {
-                ts: now + seq,
+            // A writer gone (it failed) is reported by its join.
+            let _ = tx.send(Row {
+                ts: e.ts_ns,
                 seq,
-                pid: creds.map_or(0, |c| c.pid as i64),
-                uid: creds.map_or(0, |c| c.uid as i64),
-                level: p.severity as i64,
-                provider: p.app_name.as_deref().unwrap_or("").to_string(),
-                name: facility_name(p.facility),
-                message: p.message.to_string(),
-                fields: serde_json::Value::Object(fields).to_string(),
+                pid: e.pid.into(),
+                tid: e.tid.into(),
+                uid: e.uid.into(),
+                level: e.level as i64,
+                provider: e.provider.to_string(),
+                name: e.name.to_string(),
+                message: e.message.to_string(),
+                fields: e.fields.to_string(),
             });
-        }
-        tx.send(rows)?;
-    }
+        },
+        &stats,
+        stop,
+    );
 }
 
 fn write(
     mut conn: rusqlite::Connection,
-    rx: &std::sync::mpsc::Receiver<Vec<Row>>,
+    rx: &std::sync::mpsc::Receiver<Row>,
     stored: &AtomicU64,
 ) -> anyhow::Result<()> {
     let mut rows = Vec::with_capacity(2 * ROWS_PER_COMMIT);
     let take = |rows: &mut Vec<Row>| {
         while rows.len() < ROWS_PER_COMMIT {
             match rx.try_recv() {
-                Ok(more) => rows.extend(more),
+                Ok(more) => rows.push(more),
                 Err(_) => break,
             }
         }
     };
     while let Ok(first) = rx.recv() {
-        rows.extend(first);
+        rows.push(first);
         take(&mut rows);
         if rows.len() < ROWS_PER_COMMIT {
             // As eventd's writers do: a small batch waits 1 ms for more.
@@ -235,7 +214,7 @@ fn commit(
         let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
         for r in rows.iter() {
             insert.execute(rusqlite::params![
-                r.ts, 0, r.seq, 1, r.pid, r.pid, r.uid, r.level, r.provider, r.name, r.message,
+                r.ts, 0, r.seq, 1, r.pid, r.tid, r.uid, r.level, r.provider, r.name, r.message,
                 r.fields
             ])?;
         }

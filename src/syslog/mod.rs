@@ -27,7 +27,7 @@ pub mod stream;
 pub mod uring;
 
 use crate::rings::Ring;
-use record::Ingest;
+use record::{Ingest, Transport};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixDatagram, UnixListener};
@@ -386,7 +386,13 @@ fn receive(
         }
     }
     stats.path.store(PATH_RECVMMSG, Ordering::Relaxed);
-    recvmmsg::run(fd, wake_fd, ingest, stats, stop);
+    recvmmsg::run(
+        fd,
+        wake_fd,
+        &mut |bytes, len, creds| ingest.deliver(bytes, len, creds, Transport::Datagram),
+        stats,
+        stop,
+    );
 }
 
 impl Drop for SyslogListener {

@@ -278,6 +278,32 @@ impl Ingest {
     }
 }
 
+/// The event eventd stores for one parsed message (its fields text in
+/// `fields`), cut to fit `max` payload bytes; `None` if not even the
+/// fields fit. What `Ingest::deliver` emits, for callers that store
+/// messages some other way (the load harness's floor).
+pub fn stored_event<'e>(
+    parsed: &'e Parsed<'_>,
+    raw: &[u8],
+    received_len: usize,
+    credentials: Option<Credentials>,
+    transport: Transport,
+    max: usize,
+    fields: &'e mut Vec<u8>,
+) -> Option<Event<'e>> {
+    let built = build(
+        parsed,
+        raw,
+        received_len,
+        credentials,
+        transport,
+        max,
+        fields,
+    )?;
+    let fields: &'e Vec<u8> = fields;
+    Some(built.as_event(fields))
+}
+
 /// What goes into the ring, before the borrow of the fields buffer.
 struct Built<'p> {
     level: Level,

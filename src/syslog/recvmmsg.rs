@@ -2,7 +2,7 @@
 //! datagrams per call, each with its SCM_CREDENTIALS. Used where io_uring
 //! is not available (an old kernel, a seccomp profile) or not wanted.
 
-use super::record::{control_messages, Ingest, Transport};
+use super::record::{control_messages, Credentials};
 use super::SyslogStats;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +15,16 @@ pub const DATAGRAM_BYTES_MAX: usize = 16 << 10;
 /// Room for one SCM_CREDENTIALS message (CMSG_SPACE of a ucred).
 pub const CONTROL_BYTES: usize = 64;
 
-/// Receives until `stop` is set and `wake_fd` (an eventfd) is written.
-pub fn run(fd: RawFd, wake_fd: RawFd, ingest: &mut Ingest, stats: &SyslogStats, stop: &AtomicBool) {
+/// Receives until `stop` is set and `wake_fd` (an eventfd) is written,
+/// handing each datagram to `deliver` (its kept bytes, its length as sent,
+/// the sender's credentials).
+pub fn run(
+    fd: RawFd,
+    wake_fd: RawFd,
+    deliver: &mut impl FnMut(&[u8], usize, Option<Credentials>),
+    stats: &SyslogStats,
+    stop: &AtomicBool,
+) {
     let mut data = vec![0u8; BATCH * DATAGRAM_BYTES_MAX];
     let mut control = vec![0u8; BATCH * CONTROL_BYTES];
     let mut iovecs: Vec<libc::iovec> = (0..BATCH)
@@ -91,7 +99,7 @@ pub fn run(fd: RawFd, wake_fd: RawFd, ingest: &mut Ingest, stats: &SyslogStats, 
             let control_len = (h.msg_hdr.msg_controllen as usize).min(CONTROL_BYTES);
             let creds =
                 control_messages(&control[i * CONTROL_BYTES..i * CONTROL_BYTES + control_len]);
-            ingest.deliver(bytes, len, creds, Transport::Datagram);
+            deliver(bytes, len, creds);
         }
     }
 }
