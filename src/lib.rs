@@ -5,6 +5,8 @@
 //! The modules follow the data path, each depending only on those below it:
 //!
 //! - [`sync`]: std or loom atomics and futexes, the only place that knows loom.
+//! - [`access`]: who may emit, query and read files; the modes and groups
+//!   of everything eventd makes (a leaf: it depends on nothing here).
 //! - [`channel`]: the handoff channel between drain threads and a shard writer.
 //! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
 //! - [`routing`]: shard count, descriptor planning, assignment and stripes
@@ -28,6 +30,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(not(loom))]
+pub mod access;
 pub mod channel;
 #[cfg(not(loom))]
 pub mod config;

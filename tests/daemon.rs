@@ -495,7 +495,7 @@ fn a_second_daemon_on_the_same_data_dir_is_refused() {
 }
 
 #[test]
-fn an_unreadable_database_in_the_store_stops_start_up_naming_it() {
+fn an_unreadable_database_in_the_store_is_reported_and_kept_and_eventd_starts() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(data.join("store")).unwrap();
@@ -504,44 +504,56 @@ fn an_unreadable_database_in_the_store_stops_start_up_naming_it() {
         .unwrap()
         .execute_batch("CREATE TABLE notes (x)")
         .unwrap();
-    // ...but a damaged one may hold receipts: starting without them would
-    // store its events again.
+    // ...and a damaged one: its receipts cannot be read, so it is left out
+    // of recovery (and said so), left as it is, and collection goes on.
     std::fs::write(data.join("store/shard-009.db"), b"garbage ".repeat(1000)).unwrap();
-    let (mut cmd, log) = command(&data, None, &[]);
-    let status = cmd.status().unwrap();
-    let log = read(&log);
-    assert_eq!(status.code(), Some(1), "{log}");
+    let eventd = Eventd::start(&data, None);
+    emit_one(&data, "after the damage");
+    wait_until("the event", || {
+        eventctl_text(&data, &["query", "--grep", "after the damage"]).contains("after the damage")
+    });
+    let stats = eventctl_json(&data, "stats");
+    let damaged = stats["stats"]["damaged_shard_files"].as_array().unwrap();
     assert!(
-        log.contains("shard-009.db") && log.contains("receipts"),
+        damaged
+            .iter()
+            .any(|d| d["path"].as_str().unwrap().ends_with("shard-009.db")),
+        "{stats}"
+    );
+    let log = read(&eventd.log);
+    assert!(
+        log.contains("shard-009.db") && log.contains("receipts left out of recovery"),
         "{log}"
     );
+    eventd.stop();
     assert_eq!(
         std::fs::read(data.join("store/shard-009.db")).unwrap(),
         b"garbage ".repeat(1000)
     );
-    std::fs::remove_file(data.join("store/shard-009.db")).unwrap();
-    Eventd::start(&data, None).stop();
 }
 
 #[test]
-fn no_attachable_ring_is_a_clear_refusal_before_any_shard_exists() {
+fn unusable_ring_files_are_moved_aside_and_made_anew() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(data.join("kmes")).unwrap();
-    for cpu in eventd::rings::online_cpus() {
+    let cpus = eventd::rings::online_cpus();
+    for cpu in &cpus {
         std::fs::write(data.join(format!("kmes/cpu-{cpu:03}.ring")), b"not a ring").unwrap();
     }
     let cfg = config(dir.path(), "StorageShards = 4\n");
-    let (mut cmd, log) = command(&data, Some(&cfg), &[]);
-    let status = cmd.status().unwrap();
-    let log = read(&log);
-    assert_eq!(status.code(), Some(1), "{log}");
-    assert!(
-        log.contains("cpu-000.ring"),
-        "each failed ring is named: {log}"
-    );
-    assert!(log.contains("no KMES ring could be attached"), "{log}");
-    assert_eq!(count_ext(&data.join("store"), "db"), 0);
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let log = read(&eventd.log);
+    for cpu in &cpus {
+        let name = format!("cpu-{cpu:03}.ring");
+        assert!(log.contains(&name) && log.contains("moved aside"), "{log}");
+        // The bad file is kept for whoever wants to look at it.
+        let aside = data.join(format!("kmes/{name}.bad"));
+        assert_eq!(std::fs::read(&aside).unwrap(), b"not a ring");
+    }
+    emit_one(&data, "into a new ring");
+    wait_for_events(&data, 1);
+    eventd.stop();
 }
 
 #[test]
@@ -693,7 +705,14 @@ fn log_lines_are_structured_and_json_on_request() {
         .iter()
         .filter(|l| l["fields"]["message"] == "ring recovered")
         .collect();
-    assert_eq!(recovered.len(), eventd::rings::online_cpus().len(), "{log}");
+    // One per CPU ring, and one for eventd's own syslog ring.
+    let syslog = u64::from(eventd::rings::SYSLOG_RING_CPU);
+    let cpus = recovered
+        .iter()
+        .filter(|l| l["fields"]["cpu"] != syslog)
+        .count();
+    assert_eq!(cpus, eventd::rings::online_cpus().len(), "{log}");
+    assert_eq!(recovered.len(), cpus + 1, "{log}");
     for l in recovered {
         assert_eq!(l["level"], "INFO");
         assert!(

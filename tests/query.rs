@@ -328,11 +328,16 @@ fn access_limits_malformed_requests_and_follow() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
-    let cfg = config(dir.path(), "q.toml", "MaxConcurrentQueries = 2\n");
+    let cfg = config(
+        dir.path(),
+        "q.toml",
+        "MaxConcurrentQueries = 2\nQueryGroup = \"4242\"\n",
+    );
     let d = Eventd::start(&data, Some(&cfg));
     let socket = data.join("run/query.sock");
-    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o660);
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), 4242);
 
     // Malformed request: a clear error, then the connection closes.
     let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();

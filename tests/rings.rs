@@ -3,6 +3,7 @@
 //! producers, SIGKILL, corrupt files and scribbling.
 #![cfg(not(loom))]
 
+use eventd::access::Mode;
 use eventd::rings::format::Geometry;
 use eventd::rings::{Event, Gap, Level, ReadPosition, Ring, RingItem, RingReader};
 use rand::{Rng, SeedableRng};
@@ -470,19 +471,31 @@ fn corrupt_headers_name_the_file() {
 }
 
 #[test]
-fn attach_skips_a_corrupt_ring_and_keeps_dense_ordinals() {
+fn attach_replaces_a_corrupt_ring_keeping_it_aside_and_dense_ordinals() {
     let dir = tempfile::tempdir().unwrap();
     let kmes = eventd::rings::KmesDir::new(dir.path().join("kmes"));
     std::fs::create_dir_all(kmes.path()).unwrap();
     std::fs::write(kmes.ring_path(1), vec![0u8; 4096]).unwrap();
-    let attached = kmes.attach_all(&[3, 0, 1, 2], 64 * 1024).unwrap();
+    let attached = kmes
+        .attach_all(&[3, 0, 1, 2], 64 * 1024, Mode::PRIVATE)
+        .unwrap();
     let cpus: Vec<_> = attached.rings.iter().map(|r| (r.ordinal, r.cpu)).collect();
-    assert_eq!(cpus, vec![(0, 0), (1, 2), (2, 3)]);
-    assert_eq!(attached.failures.len(), 1);
-    assert_eq!(attached.failures[0].0, 1);
-    assert!(attached.failures[0].1.to_string().contains("cpu-001.ring"));
+    assert_eq!(cpus, vec![(0, 0), (1, 1), (2, 2), (3, 3)]);
+    assert!(attached.failures.is_empty());
+    // The bad file is moved aside, not destroyed, and the log is told why.
+    assert_eq!(attached.repairs.len(), 1);
+    assert_eq!(attached.repairs[0].0, 1);
+    assert!(
+        attached.repairs[0].1.contains("bad magic"),
+        "{:?}",
+        attached.repairs
+    );
+    let aside = kmes.path().join("cpu-001.ring.bad");
+    assert_eq!(std::fs::read(&aside).unwrap(), vec![0u8; 4096]);
     // Attaching again opens the same rings (same epochs), creates nothing.
-    let again = kmes.attach_all(&[0, 2, 3], 64 * 1024).unwrap();
+    let again = kmes
+        .attach_all(&[0, 1, 2, 3], 64 * 1024, Mode::PRIVATE)
+        .unwrap();
     for (a, b) in attached.rings.iter().zip(&again.rings) {
         assert_eq!(a.ring.epoch(), b.ring.epoch());
     }

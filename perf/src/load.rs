@@ -140,7 +140,7 @@ pub fn produce(
             };
             match ring.emit(&event(&text[..len], eventd::rings::now_ns(), pid)) {
                 Ok(()) | Err(EmitError::Overwritten) => sequenced += 1,
-                Err(EmitError::Busy) => refused += 1,
+                Err(EmitError::Busy | EmitError::Gone) => refused += 1,
                 Err(EmitError::Encode(e)) => panic!("the load's events must fit the ring: {e}"),
             }
         }

@@ -126,7 +126,13 @@ impl Running {
     /// The attached rings (the binary's are opened from its KMES directory).
     pub fn rings(&self) -> anyhow::Result<Vec<Arc<Ring>>> {
         match self {
-            Running::InProcess { state, .. } => Ok(state.rings.clone()),
+            // The CPU rings: eventd's own syslog ring takes no producers.
+            Running::InProcess { state, .. } => Ok(state
+                .rings
+                .iter()
+                .map(|c| c.get())
+                .filter(|r| r.cpu() != eventd::rings::SYSLOG_RING_CPU)
+                .collect()),
             Running::Binary { data_dir, .. } => {
                 let mut rings = Vec::new();
                 for path in ring_paths(&data_dir.join("kmes"))? {
@@ -229,6 +235,12 @@ fn ring_paths(kmes: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(kmes)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "ring"))
+        // The CPU rings only: eventd's own syslog ring takes no producers.
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cpu-"))
+        })
         .collect();
     paths.sort();
     Ok(paths)

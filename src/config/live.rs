@@ -4,8 +4,9 @@
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once (MaxBatchSize: the writers' next commit threshold, never a
 //! channel; the retention limits), and restart-only keys (StorageShards, the
-//! directories, RingBytes, MaxConcurrentQueries, QueryGroup, MetricsListen) are deferred:
-//! logged once and shown by `eventctl config` until the next start.
+//! directories, RingBytes, MaxConcurrentQueries, QueryGroup, ProducerGroup,
+//! MetricsListen, the syslog keys) are deferred: logged once and shown by
+//! `eventctl config` until the next start.
 
 use super::{ConfigFile, Settings};
 use std::path::{Path, PathBuf};
@@ -155,6 +156,11 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         "QueryGroup",
         running.query_group.clone(),
         file.query_group.clone(),
+    );
+    check(
+        "ProducerGroup",
+        running.producer_group.clone(),
+        file.producer_group.clone(),
     );
     let listen = |s: &Settings| {
         s.metrics_listen

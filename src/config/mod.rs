@@ -55,6 +55,11 @@ pub struct ConfigFile {
     /// Members of this group may query (root and eventd's own user always
     /// may). Default "eventd"; a group that does not exist allows no one else.
     pub query_group: Option<String>,
+    /// Members of this group may emit through the rings (root and eventd's
+    /// own user always may). Default: the QueryGroup, because whoever can
+    /// open a ring can also read the events in flight in it; "*" is every
+    /// local user (only with QueryGroup = "*" too), "" no one else.
+    pub producer_group: Option<String>,
     /// Serve Prometheus metrics over HTTP on this loopback address, e.g.
     /// "127.0.0.1:9464" (unset = no listener; `eventctl stats
     /// --prometheus` always works).
@@ -86,6 +91,14 @@ pub enum ConfigError {
         value: String,
         allowed: String,
     },
+    #[error("{first} ({first_path}) and {second} ({second_path}) {problem}")]
+    Paths {
+        first: &'static str,
+        first_path: PathBuf,
+        second: &'static str,
+        second_path: PathBuf,
+        problem: &'static str,
+    },
 }
 
 /// The settings the daemon runs with: every value checked, paths resolved.
@@ -102,6 +115,7 @@ pub struct Settings {
     pub retention_max_age: Option<Duration>,
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
+    pub producer_group: String,
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// `None`: that socket is off.
     pub syslog_socket: Option<PathBuf>,
@@ -203,6 +217,11 @@ impl ConfigFile {
                 .query_group
                 .clone()
                 .unwrap_or_else(|| QUERY_GROUP_DEFAULT.to_string()),
+            producer_group: self
+                .producer_group
+                .clone()
+                .or_else(|| self.query_group.clone())
+                .unwrap_or_else(|| QUERY_GROUP_DEFAULT.to_string()),
             retention_max_bytes: match self.retention_max_bytes {
                 None => None,
                 Some(v) => Some(ranged(
@@ -217,6 +236,72 @@ impl ConfigFile {
 }
 
 impl Settings {
+    /// Checks the configured paths against each other: the store, KMES and
+    /// run directories must be three different directories, none inside
+    /// another (each has its own mode and group), and the socket paths must
+    /// differ from each other and from the files eventd keeps in the run
+    /// directory, and lie outside the store and KMES directories. Lexical:
+    /// the daemon also compares the directories it made by identity.
+    pub fn check_paths(&self) -> Result<(), ConfigError> {
+        let dirs = [
+            ("StoreDir", &self.store_dir),
+            ("KmesDir", &self.kmes_dir),
+            ("RunDir", &self.run_dir),
+        ];
+        let conflict = |first, a: &Path, second, b: &Path, problem| ConfigError::Paths {
+            first,
+            first_path: a.to_path_buf(),
+            second,
+            second_path: b.to_path_buf(),
+            problem,
+        };
+        for (i, (ka, a)) in dirs.iter().enumerate() {
+            for (kb, b) in &dirs[i + 1..] {
+                let (a, b) = (normal(a), normal(b));
+                if a == b {
+                    return Err(conflict(ka, &a, kb, &b, "are the same directory"));
+                }
+                if a.starts_with(&b) || b.starts_with(&a) {
+                    return Err(conflict(ka, &a, kb, &b, "are inside one another"));
+                }
+            }
+        }
+        let fixed = [
+            ("the query socket", self.run_dir.join("query.sock")),
+            ("the pid file", self.run_dir.join("eventd.pid")),
+        ];
+        let sockets: Vec<(&'static str, PathBuf)> = [
+            ("SyslogSocket", &self.syslog_socket),
+            ("SyslogStreamSocket", &self.syslog_stream_socket),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| p.as_ref().map(|p| (k, normal(p))))
+        .collect();
+        for (i, (k, p)) in sockets.iter().enumerate() {
+            let others = sockets[i + 1..]
+                .iter()
+                .map(|(k, p)| (*k, p.clone()))
+                .chain(fixed.iter().map(|(k, p)| (*k, normal(p))));
+            for (other, q) in others {
+                if *p == q {
+                    return Err(conflict(k, p, other, &q, "are the same path"));
+                }
+            }
+            for (dk, d) in &dirs[..2] {
+                if p.starts_with(normal(d)) {
+                    return Err(conflict(
+                        k,
+                        p,
+                        dk,
+                        d,
+                        "conflict: a socket cannot live in that directory",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Embedded defaults under `data_dir`: what `eventd --data-dir DIR` runs
     /// with when no configuration file is given.
     pub fn defaults(data_dir: &Path) -> Settings {
@@ -224,6 +309,22 @@ impl Settings {
             .resolve(data_dir)
             .expect("the embedded defaults are in range")
     }
+}
+
+/// `path` without `.` components and with `..` folded (lexically), for
+/// comparisons.
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 fn ranged(

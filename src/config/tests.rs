@@ -92,3 +92,48 @@ fn the_shipped_sample_file_is_the_embedded_defaults() {
         .unwrap();
     assert_eq!(s, Settings::defaults(Path::new("/data")));
 }
+
+#[test]
+fn paths_that_collide_are_refused_naming_both_keys() {
+    assert!(resolve("").unwrap().check_paths().is_ok());
+    for (text, keys) in [
+        ("StoreDir = \"x\"\nKmesDir = \"x\"", ["StoreDir", "KmesDir"]),
+        ("KmesDir = \"store/kmes\"", ["StoreDir", "KmesDir"]),
+        ("RunDir = \"./store\"", ["StoreDir", "RunDir"]),
+        (
+            "SyslogSocket = \"query.sock\"",
+            ["SyslogSocket", "the query socket"],
+        ),
+        (
+            "SyslogSocket = \"a.sock\"\nSyslogStreamSocket = \"a.sock\"",
+            ["SyslogSocket", "SyslogStreamSocket"],
+        ),
+        (
+            "SyslogSocket = \"/data/store/log.sock\"",
+            ["SyslogSocket", "StoreDir"],
+        ),
+    ] {
+        let e = resolve(text)
+            .unwrap()
+            .check_paths()
+            .unwrap_err()
+            .to_string();
+        for k in keys {
+            assert!(e.contains(k), "{text}: {e}");
+        }
+    }
+}
+
+#[test]
+fn the_producer_group_follows_the_query_group_unless_set() {
+    assert_eq!(resolve("").unwrap().producer_group, "eventd");
+    assert_eq!(
+        resolve("QueryGroup = \"ops\"").unwrap().producer_group,
+        "ops"
+    );
+    let s = resolve("QueryGroup = \"ops\"\nProducerGroup = \"\"").unwrap();
+    assert_eq!(
+        (s.query_group.as_str(), s.producer_group.as_str()),
+        ("ops", "")
+    );
+}

@@ -45,7 +45,7 @@ fn rings(e: &mut Exposition, state: &DaemonState) {
     let labels: Vec<[(&str, String); 1]> = state
         .rings
         .iter()
-        .map(|r| [("cpu", r.cpu().to_string())])
+        .map(|r| [("cpu", super::ring_label(r.get().cpu()))])
         .collect();
     let per_ring = |f: &dyn Fn(usize) -> f64| -> Vec<(&[(&str, String)], f64)> {
         labels
@@ -77,23 +77,36 @@ fn rings(e: &mut Exposition, state: &DaemonState) {
         "eventd_ring_producer_refusals_total",
         "Emits producers refused before taking a sequence number (no gap accounts for them).",
         Kind::Counter,
-        per_ring(&|i| state.rings[i].producer_refusals() as f64),
+        per_ring(&|i| state.rings[i].get().producer_refusals() as f64),
     );
     e.family(
         "eventd_ring_backlog_bytes",
         "Bytes of whole pages written by producers and not yet drained (the drain's lag).",
         Kind::Gauge,
         per_ring(&|i| {
-            let r = &state.rings[i];
+            let r = state.rings[i].get();
             (r.backlog_pages() * r.geometry().page_size as u64) as f64
         }),
+    );
+    e.family(
+        "eventd_ring_replacements_total",
+        "Times the ring was given up and made anew (its file truncated, removed or \
+         replaced, or its words wedged by a scribble).",
+        Kind::Counter,
+        per_ring(&|i| load(&state.drains[i].replacements)),
+    );
+    e.family(
+        "eventd_ring_header_repairs_total",
+        "Header words of the ring found scribbled and written back.",
+        Kind::Counter,
+        per_ring(&|i| load(&state.drains[i].header_repairs)),
     );
     e.family(
         "eventd_ring_size_bytes",
         "Bytes of the ring's pages.",
         Kind::Gauge,
         per_ring(&|i| {
-            let g = state.rings[i].geometry();
+            let g = state.rings[i].get().geometry();
             (g.page_size * g.page_count) as f64
         }),
     );
@@ -101,7 +114,7 @@ fn rings(e: &mut Exposition, state: &DaemonState) {
         "eventd_ring_committed_through_seq",
         "Every sequence number of the ring up to this one is committed or stored as a gap.",
         Kind::Gauge,
-        per_ring(&|i| state.trackers[i].watermark() as f64),
+        per_ring(&|i| state.trackers[i].watermark(state.rings[i].get().epoch()) as f64),
     );
 }
 

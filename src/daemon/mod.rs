@@ -16,20 +16,22 @@ mod metrics;
 mod report;
 pub mod signals;
 
-pub use drain::{DrainStats, DrainThread};
+pub use drain::{DrainParts, DrainStats, DrainThread, RingMaker};
 pub use lock::{DataDirLock, PreviousRun};
 
+use crate::access::{self, Policy};
 use crate::channel::{Capacity, ChannelMonitor, HandoffChannel};
 use crate::config::Settings;
 use crate::retention::{ActiveShard, RetentionCoordinator, RetentionStats};
-use crate::rings::{online_cpus, KmesDir, Ring, RingError, RingReader};
+use crate::rings::{online_cpus, AttachedRing, CurrentRing, KmesDir, Ring, RingError, RingReader};
 use crate::routing::{self, RoutingError, StripeRouter};
 use crate::store::{
-    self, CommitTracker, Handoff, ReceiptReader, ShardWriter, StoreError, WriterShared, WriterStats,
+    self, CommitTracker, Damaged, Handoff, ReceiptReader, ShardWriter, StoreError, StoreHealth,
+    WriterShared, WriterStats,
 };
 use std::collections::BTreeSet;
 use std::num::NonZeroU32;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -152,17 +154,27 @@ pub enum DaemonError {
     Channel(#[from] crate::channel::CapacityError),
     #[error("{0}")]
     Threads(String),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Access(#[from] access::AccessError),
+    #[error(transparent)]
+    Directory(#[from] access::files::DirError),
 }
 
 /// What the daemon shares with monitoring (`eventctl stats`, the harness).
 pub struct DaemonState {
-    pub rings: Vec<Arc<Ring>>,
+    /// One per drained ring, by ordinal: the attached CPU rings, then
+    /// eventd's own syslog ring (if a syslog socket is on). A ring the
+    /// drain replaces is replaced here too.
+    pub rings: Vec<Arc<CurrentRing>>,
     pub drains: Vec<Arc<DrainStats>>,
     pub writers: Vec<Arc<WriterStats>>,
     /// Counters of each shard's channel.
     pub channels: Vec<ChannelMonitor<Handoff>>,
     pub shard_paths: Vec<PathBuf>,
-    /// Shards owned by each ring ordinal (R4).
+    /// Shards owned by each ring ordinal (R4; the syslog ring's drain owns
+    /// every shard).
     pub assignment: Vec<Vec<usize>>,
     /// Live MaxBatchSize (R11: changes the next commit threshold only).
     pub max_batch: Arc<AtomicU64>,
@@ -171,6 +183,14 @@ pub struct DaemonState {
     pub retention: Arc<RetentionStats>,
     pub queries: Arc<crate::query::QueryStats>,
     pub syslog: Arc<crate::syslog::SyslogStats>,
+    pub syslog_drops: Arc<crate::syslog::Drops>,
+    /// The ordinal of eventd's own syslog ring, if a syslog socket is on.
+    pub syslog_ring: Option<usize>,
+    /// Shard writers whose commits fail now.
+    pub failing_writers: Arc<AtomicU64>,
+    pub policy: Policy,
+    /// Damaged shard files, and each active shard's file now.
+    pub health: Arc<StoreHealth>,
 }
 
 /// Called (from the failing thread) when a drain or writer thread stops
@@ -195,6 +215,24 @@ pub struct Daemon {
     lock: DataDirLock,
 }
 
+/// The rings the drains read: the attached CPU rings (ordinals 0..C) and,
+/// last, eventd's own syslog ring.
+struct Rings {
+    cpus: Vec<AttachedRing>,
+    syslog: Option<Arc<Ring>>,
+}
+
+impl Rings {
+    /// Every drained ring in ordinal order.
+    fn all(&self) -> impl Iterator<Item = &Arc<Ring>> {
+        self.cpus.iter().map(|r| &r.ring).chain(self.syslog.iter())
+    }
+
+    fn count(&self) -> usize {
+        self.cpus.len() + usize::from(self.syslog.is_some())
+    }
+}
+
 impl Daemon {
     /// Starts eventd with `settings`; returns once every thread runs.
     pub fn start(
@@ -206,17 +244,9 @@ impl Daemon {
         if let Some(capacity) = tunables.channel {
             drop(HandoffChannel::<Handoff>::new(capacity)?);
         }
-        for dir in [
-            &settings.data_dir,
-            &settings.run_dir,
-            &settings.store_dir,
-            &settings.kmes_dir,
-        ] {
-            std::fs::create_dir_all(dir).map_err(|source| DaemonError::Dir {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        settings.check_paths()?;
+        let policy = Policy::new(&settings.query_group, &settings.producer_group)?;
+        prepare_directories(settings, &policy)?;
         let lock = DataDirLock::acquire(
             &settings.run_dir,
             &[&settings.store_dir, &settings.kmes_dir],
@@ -232,16 +262,8 @@ impl Daemon {
             ),
         }
 
-        let attached = KmesDir::new(&settings.kmes_dir)
-            .attach_all(&online_cpus(), settings.ring_bytes as usize)?;
-        for (cpu, error) in &attached.failures {
-            tracing::error!(cpu, error = %error, "ring not attached; its events are not collected");
-        }
-        let rings = attached.rings;
-        if rings.is_empty() {
-            return Err(RoutingError::NoRings.into());
-        }
-        let shards = routing::shard_count(settings.storage_shards, rings.len())?;
+        let rings = attach_rings(settings, &policy)?;
+        let shards = routing::shard_count(settings.storage_shards, rings.cpus.len())?;
 
         // R2, before any database is opened: everything queries will see is
         // the existing databases plus the active shards about to be created.
@@ -256,11 +278,12 @@ impl Daemon {
         let needed = routing::check_descriptors(
             settings.max_concurrent_queries,
             visible.len() as u64,
-            rings.len() as u64,
+            rings.count() as u64,
             limit,
         )?;
         tracing::info!(
-            rings = rings.len(),
+            rings = rings.cpus.len(),
+            syslog_ring = rings.syslog.is_some(),
             shards,
             databases = visible.len(),
             store = %settings.store_dir.display(),
@@ -269,21 +292,57 @@ impl Daemon {
             "rings attached, shards planned"
         );
 
-        let connections = shard_paths
-            .iter()
-            .map(|p| store::open_shard(p))
-            .collect::<Result<Vec<_>, _>>()?;
+        let shard_mode = policy.mode(access::Kind::Shard);
+        let mut health_paths = Vec::with_capacity(shards);
+        let mut connections = Vec::with_capacity(shards);
+        let mut damaged = Vec::new();
+        for j in 0..shards {
+            let opened = open_active_shard(&settings.store_dir, j, shard_mode)?;
+            health_paths.push(opened.path);
+            connections.push(opened.conn);
+            damaged.extend(opened.damaged.map(|d| (d, j)));
+        }
+        let health = Arc::new(StoreHealth::new(health_paths.clone()));
+        for (d, j) in damaged {
+            health.mark_damaged(d, Some(j));
+        }
+        let shard_paths = health_paths;
 
-        // Recovery (R6, R7): every database, old ones included.
-        let all: Vec<PathBuf> = visible.into_iter().collect();
-        let mut receipts =
-            ReceiptReader::open(&all, lock.previous != PreviousRun::KilledEarlierBoot)?;
-        let plans = rings
-            .iter()
-            .map(|r| receipts.plan(r.ring.epoch()))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Recovery (R6, R7): every database, old ones included (those just
+        // made in place of damaged ones too).
+        let mut all: BTreeSet<PathBuf> = visible;
+        all.extend(shard_paths.iter().cloned());
+        let all: Vec<PathBuf> = all.into_iter().collect();
+        let (mut receipts, left_out) =
+            ReceiptReader::open(&all, lock.previous != PreviousRun::KilledEarlierBoot);
+        for (path, why) in left_out {
+            tracing::error!(
+                database = %path.display(),
+                reason = %why,
+                "receipts left out of recovery: events committed there may be stored again"
+            );
+            if !why.starts_with("not trusted") {
+                health.mark_damaged(
+                    Damaged {
+                        path,
+                        reason: why,
+                        found_at: crate::rings::now_ns(),
+                        replaced_by: None,
+                    },
+                    None,
+                );
+            }
+        }
+        let mut plans = Vec::with_capacity(rings.count());
+        for ring in rings.all() {
+            let (plan, failed) = receipts.plan(ring.epoch());
+            for e in failed {
+                tracing::error!(error = %e, "receipts left out of recovery");
+            }
+            plans.push(plan);
+        }
         drop(receipts);
-        for (r, plan) in rings.iter().zip(&plans) {
+        for (ring, plan) in rings.all().zip(&plans) {
             // Sequences the reader passed over before the last stop, not
             // committed anywhere: stored as a gap before anything else.
             let lost_before_resume = plan
@@ -291,8 +350,9 @@ impl Daemon {
                 .next_seq
                 .saturating_sub(plan.committed_through + 1);
             tracing::info!(
-                cpu = r.cpu,
-                epoch = %format_args!("{:016x}", r.ring.epoch()),
+                cpu = ring.cpu(),
+                ring = %ring.path().display(),
+                epoch = %format_args!("{:016x}", ring.epoch()),
                 committed_through = plan.committed_through,
                 resume_seq = plan.resume.next_seq,
                 committed_runs_above = plan.above.len(),
@@ -300,20 +360,29 @@ impl Daemon {
                 "ring recovered"
             );
         }
-        let trackers: Arc<[CommitTracker]> = plans
-            .iter()
-            .map(|p| CommitTracker::new(p.committed_through, &p.above))
+        let trackers: Arc<[CommitTracker]> = rings
+            .all()
+            .zip(&plans)
+            .map(|(r, p)| CommitTracker::new(r.epoch(), p.committed_through, &p.above))
             .collect();
 
-        let assignment = routing::assign(rings.len(), shards);
+        let mut assignment = routing::assign(rings.cpus.len(), shards);
+        if rings.syslog.is_some() {
+            assignment.push((0..shards).collect());
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::new(AtomicBool::new(false));
         let max_batch = Arc::new(AtomicU64::new(settings.max_batch_size));
+        let failing_writers = Arc::new(AtomicU64::new(0));
 
         let shared = WriterShared {
             max_batch: max_batch.clone(),
             trackers: trackers.clone(),
             stopping: stopping.clone(),
+            failing: failing_writers.clone(),
+            health: health.clone(),
+            store_dir: settings.store_dir.clone(),
+            mode: shard_mode,
         };
         let mut senders = Vec::with_capacity(shards);
         let mut writers = Vec::with_capacity(shards);
@@ -333,6 +402,7 @@ impl Daemon {
             let stats = Arc::new(WriterStats::default());
             writer_stats.push(stats.clone());
             let writer = ShardWriter::new(
+                j,
                 shard_paths[j].clone(),
                 conn,
                 rx,
@@ -346,31 +416,63 @@ impl Daemon {
             })?);
         }
 
-        let mut drains = Vec::with_capacity(rings.len());
-        let mut drain_stats = Vec::with_capacity(rings.len());
-        for (r, plan) in rings.iter().zip(&plans) {
-            let owned = assignment[r.ordinal].clone();
+        let current: Vec<Arc<CurrentRing>> = rings
+            .all()
+            .map(|r| Arc::new(CurrentRing::new(r.clone())))
+            .collect();
+        let syslog_drops = Arc::new(crate::syslog::Drops::default());
+        let kmes = KmesDir::new(&settings.kmes_dir);
+        let mut drains = Vec::with_capacity(rings.count());
+        let mut drain_stats = Vec::with_capacity(rings.count());
+        for (ordinal, (ring, plan)) in rings.all().zip(&plans).enumerate() {
+            let is_syslog = ordinal >= rings.cpus.len();
+            let owned = assignment[ordinal].clone();
             let mut mine = vec![None; shards];
             for &j in &owned {
                 mine[j] = Some(senders[j].clone());
             }
             let stats = Arc::new(DrainStats::default());
             drain_stats.push(stats.clone());
-            let reader = RingReader::resume(r.ring.clone(), plan.resume);
+            let reader = RingReader::resume(ring.clone(), plan.resume);
+            let maker = RingMaker {
+                path: ring.path().to_path_buf(),
+                geometry: ring.geometry(),
+                cpu: ring.cpu(),
+                mode: if is_syslog {
+                    access::Mode::PRIVATE
+                } else {
+                    policy.mode(access::Kind::Ring)
+                },
+            };
+            let parts = DrainParts {
+                senders: mine,
+                stop: stop.clone(),
+                stats,
+                current: current[ordinal].clone(),
+                trackers: trackers.clone(),
+                maker,
+                drops: is_syslog.then(|| syslog_drops.clone()),
+            };
             let drain = DrainThread::new(
-                r.ordinal as u32,
+                ordinal as u32,
                 reader,
                 StripeRouter::new(owned, tunables.stripe_len),
-                mine,
                 plan,
-                stop.clone(),
-                stats,
+                parts,
             );
             let hook = on_failure.clone();
-            let what = format!("drain of cpu {}", r.cpu);
-            drains.push(spawn(format!("drain-{:03}", r.cpu), move || {
-                watch(&hook, what, || drain.run())
-            })?);
+            let (name, what) = if is_syslog {
+                (
+                    "drain-syslog".to_string(),
+                    "drain of the syslog ring".to_string(),
+                )
+            } else {
+                (
+                    format!("drain-{:03}", ring.cpu()),
+                    format!("drain of cpu {}", ring.cpu()),
+                )
+            };
+            drains.push(spawn(name, move || watch(&hook, what, || drain.run()))?);
         }
         // Only the drains and the retention coordinator hold senders now:
         // when they stop, writers finish.
@@ -378,7 +480,7 @@ impl Daemon {
 
         let retention_stats = Arc::new(RetentionStats::default());
         let state = Arc::new(DaemonState {
-            rings: rings.iter().map(|r| r.ring.clone()).collect(),
+            rings: current,
             drains: drain_stats,
             writers: writer_stats,
             channels,
@@ -390,25 +492,30 @@ impl Daemon {
             retention: retention_stats.clone(),
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
+            syslog_drops,
+            syslog_ring: rings.syslog.as_ref().map(|_| rings.cpus.len()),
+            failing_writers,
+            policy,
+            health,
         });
-        let group = crate::query::server::group_id(&settings.query_group);
-        if group.is_none() {
-            tracing::warn!(
-                group = %settings.query_group,
-                "query group does not exist: only root and eventd's own user may query"
-            );
-        }
         let live = Arc::new(crate::config::live::LiveConfig::new(
             settings.config_file.clone(),
             settings.clone(),
             state.max_batch.clone(),
         ));
         let retention_stop = Arc::new(crate::retention::Stop::default());
+        let epochs: crate::retention::EpochSource = {
+            let state = state.clone();
+            Box::new(move || ring_epochs(kmes.path(), &state.rings))
+        };
         let coordinator = RetentionCoordinator::new(
-            settings.store_dir.clone(),
-            active,
-            live.clone(),
-            ring_epochs(&settings.kmes_dir, &rings),
+            crate::retention::Inputs {
+                store_dir: settings.store_dir.clone(),
+                active,
+                live: live.clone(),
+                epochs,
+                health: state.health.clone(),
+            },
             retention_stats,
             retention_stop.clone(),
             tunables.retention_interval,
@@ -454,7 +561,7 @@ impl Daemon {
         };
         // The threads run from here on: a failure stops and joins them
         // before it is returned, so nothing writes after the lock is gone.
-        match daemon.serve(settings, group, reporter) {
+        match daemon.serve(settings, reporter) {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 let _ = daemon.join();
@@ -468,14 +575,21 @@ impl Daemon {
     fn serve(
         &mut self,
         settings: &Settings,
-        group: Option<libc::gid_t>,
         reporter: crate::query::server::Reporter,
     ) -> Result<(), DaemonError> {
+        let policy = self.state.policy;
+        let group = match policy.query {
+            access::Grant::Group(g) => Some(g),
+            _ => None,
+        };
         let query = crate::query::QueryServer::start(
             &settings.run_dir,
             &settings.store_dir,
             settings.max_concurrent_queries,
-            crate::query::Access { group },
+            crate::query::Access {
+                group,
+                everyone: policy.query == access::Grant::Everyone,
+            },
             reporter,
             self.state.queries.clone(),
         )
@@ -483,6 +597,13 @@ impl Daemon {
             path: settings.run_dir.clone(),
             source,
         })?;
+        // The socket's mode follows the query grant (the peer credentials
+        // decide in the end; the mode only keeps others from connecting).
+        access::files::set_mode_path(query.path(), policy.mode(access::Kind::QuerySocket))
+            .map_err(|source| DaemonError::Query {
+                path: query.path().to_path_buf(),
+                source,
+            })?;
         self.query = Some(query);
         if let Some(addr) = settings.metrics_listen {
             let state = self.state.clone();
@@ -492,16 +613,23 @@ impl Daemon {
             tracing::info!(addr = %listener.addr(), "metrics served at /metrics");
             self.metrics_http = Some(listener);
         }
-        let syslog = crate::syslog::SyslogConfig {
-            datagram: settings.syslog_socket.clone(),
-            stream: settings.syslog_stream_socket.clone(),
-            receive: settings.syslog_receive,
-        };
-        self.syslog = Some(crate::syslog::SyslogListener::start(
-            &syslog,
-            &self.state.rings,
-            self.state.syslog.clone(),
-        )?);
+        if let Some(ordinal) = self.state.syslog_ring {
+            let syslog = crate::syslog::SyslogConfig {
+                datagram: settings.syslog_socket.clone(),
+                stream: settings.syslog_stream_socket.clone(),
+                receive: settings.syslog_receive,
+            };
+            let parts = crate::syslog::IngestParts {
+                ring: self.state.rings[ordinal].clone(),
+                store_failing: self.state.failing_writers.clone(),
+                drops: self.state.syslog_drops.clone(),
+            };
+            self.syslog = Some(crate::syslog::SyslogListener::start(
+                &syslog,
+                parts,
+                self.state.syslog.clone(),
+            )?);
+        }
         self.lock.mark_ready()?;
         Ok(())
     }
@@ -518,7 +646,7 @@ impl Daemon {
         self.stopping.store(true, Ordering::Relaxed);
         self.retention_stop.stop();
         for ring in &self.state.rings {
-            ring.wake_reader();
+            ring.get().wake_reader();
         }
     }
 
@@ -557,20 +685,19 @@ impl Daemon {
     }
 }
 
-/// The epochs of every ring that exists: the attached ones and any other
-/// ring file in the KMES directory (a CPU now offline, a ring that failed
-/// to attach). Retention never deletes their receipts. `None` if some ring
-/// file's epoch cannot be read: then no receipt is deleted at all.
-fn ring_epochs(
-    kmes_dir: &std::path::Path,
-    attached: &[crate::rings::AttachedRing],
-) -> Option<Vec<u64>> {
-    let mut epochs: Vec<u64> = attached.iter().map(|r| r.ring.epoch()).collect();
+/// The epochs of every ring that exists: the drained ones (as they are now:
+/// a drain may have replaced its ring) and any other ring file in the KMES
+/// directory (a CPU now offline, a ring that failed to attach). Retention
+/// never deletes their receipts. `None` if some ring file's epoch cannot be
+/// read: then no receipt is deleted at all.
+fn ring_epochs(kmes_dir: &Path, drained: &[Arc<CurrentRing>]) -> Option<Vec<u64>> {
+    let drained: Vec<Arc<Ring>> = drained.iter().map(|c| c.get()).collect();
+    let mut epochs: Vec<u64> = drained.iter().map(|r| r.epoch()).collect();
     let entries = std::fs::read_dir(kmes_dir).ok()?;
     for entry in entries {
         let path = entry.ok()?.path();
         let is_ring = path.extension().is_some_and(|x| x == "ring");
-        if !is_ring || attached.iter().any(|r| r.ring.path() == path) {
+        if !is_ring || drained.iter().any(|r| r.path() == path) {
             continue;
         }
         match Ring::open(&path, None) {
@@ -586,6 +713,145 @@ fn ring_epochs(
         }
     }
     Some(epochs)
+}
+
+/// An active shard's file, opened.
+struct ActiveFile {
+    path: PathBuf,
+    conn: rusqlite::Connection,
+    /// The newest file before it, if that one was found damaged.
+    damaged: Option<Damaged>,
+}
+
+/// Opens shard `j`'s newest file; if it is damaged or not eventd's (see
+/// [`store::open_shard_with`]), leaves it as it is and makes the next
+/// generation. Anything else (a newer schema, an I/O error) stops start-up.
+fn open_active_shard(
+    store_dir: &Path,
+    j: usize,
+    mode: access::Mode,
+) -> Result<ActiveFile, DaemonError> {
+    let path = store::shard_path(store_dir, j);
+    let reason = match store::open_shard_with(&path, mode) {
+        Ok(conn) => {
+            return Ok(ActiveFile {
+                path,
+                conn,
+                damaged: None,
+            })
+        }
+        Err(e @ (StoreError::Damaged { .. } | StoreError::Untrusted { .. })) => e.to_string(),
+        Err(e) => return Err(e.into()),
+    };
+    let next = store::next_shard_path(store_dir, j);
+    let conn = store::open_shard_with(&next, mode)?;
+    tracing::error!(
+        shard = %path.display(),
+        damage = %reason,
+        new_file = %next.display(),
+        "shard file not usable: left as it is; this shard's events go to a new file"
+    );
+    let damaged = Damaged {
+        path,
+        reason,
+        found_at: crate::rings::now_ns(),
+        replaced_by: Some(next.clone()),
+    };
+    Ok(ActiveFile {
+        path: next,
+        conn,
+        damaged: Some(damaged),
+    })
+}
+
+/// Gives eventd's directories the modes and groups of `policy` (creating
+/// them if missing), whatever the umask, and makes everything eventd
+/// creates from now on start private (its mode is set explicitly). Then
+/// checks, by identity, that the directories are four different ones.
+fn prepare_directories(settings: &Settings, policy: &Policy) -> Result<(), DaemonError> {
+    use access::Kind;
+    access::files::restrict_umask();
+    for (dir, kind) in [
+        (&settings.data_dir, Kind::PublicDir),
+        (&settings.run_dir, Kind::PublicDir),
+        (&settings.store_dir, Kind::StoreDir),
+        (&settings.kmes_dir, Kind::KmesDir),
+    ] {
+        access::files::ensure_dir(dir, policy.mode(kind))?;
+    }
+    let identity = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok()
+    };
+    let dirs = [
+        ("StoreDir", &settings.store_dir),
+        ("KmesDir", &settings.kmes_dir),
+        ("RunDir", &settings.run_dir),
+    ];
+    for (i, (ka, a)) in dirs.iter().enumerate() {
+        for (kb, b) in &dirs[i + 1..] {
+            if identity(a).is_some() && identity(a) == identity(b) {
+                return Err(crate::config::ConfigError::Paths {
+                    first: ka,
+                    first_path: a.to_path_buf(),
+                    second: kb,
+                    second_path: b.to_path_buf(),
+                    problem: "are the same directory (through a symbolic link)",
+                }
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the ring of every online CPU (creating missing ones with the
+/// producer mode, mending or replacing unusable ones) and, if a syslog
+/// socket is on, eventd's own syslog ring.
+fn attach_rings(settings: &Settings, policy: &Policy) -> Result<Rings, DaemonError> {
+    let kmes = KmesDir::new(&settings.kmes_dir);
+    let attached = kmes.attach_all(
+        &online_cpus(),
+        settings.ring_bytes as usize,
+        policy.mode(access::Kind::Ring),
+    )?;
+    for (cpu, repair) in &attached.repairs {
+        tracing::warn!(cpu, repair = %repair, "ring mended at attach");
+    }
+    for (cpu, error) in &attached.failures {
+        tracing::error!(cpu, error = %error, "ring not attached; its events are not collected");
+    }
+    if attached.rings.is_empty() {
+        return Err(match attached.failures.into_iter().next() {
+            Some((_, e)) => e.into(),
+            None => RoutingError::NoRings.into(),
+        });
+    }
+    let syslog_on = settings.syslog_socket.is_some() || settings.syslog_stream_socket.is_some();
+    let syslog = if syslog_on {
+        let mut repairs = Vec::new();
+        let ring = kmes.attach_syslog(settings.ring_bytes as usize, &mut repairs);
+        for repair in &repairs {
+            tracing::warn!(repair = %repair, "syslog ring mended at attach");
+        }
+        Some(Arc::new(ring?))
+    } else {
+        None
+    };
+    Ok(Rings {
+        cpus: attached.rings,
+        syslog,
+    })
+}
+
+/// How a ring is named in metrics labels: its cpu id, or "syslog" for
+/// eventd's own syslog ring.
+pub(crate) fn ring_label(cpu: u32) -> String {
+    if cpu == crate::rings::SYSLOG_RING_CPU {
+        "syslog".to_string()
+    } else {
+        cpu.to_string()
+    }
 }
 
 /// Runs a thread's body; reports an error or a panic to the hook at once

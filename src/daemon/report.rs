@@ -39,9 +39,13 @@ fn stats(state: &DaemonState) -> Value {
         .zip(&state.drains)
         .enumerate()
         .map(|(ordinal, (ring, drain))| {
+            let ring = ring.get();
             json!({
                 "ordinal": ordinal,
                 "cpu": ring.cpu(),
+                "ring": ring.path(),
+                "replacements": drain.replacements.load(Ordering::Relaxed),
+                "header_repairs": drain.header_repairs.load(Ordering::Relaxed),
                 "epoch": format!("{:016x}", ring.epoch()),
                 "page_count": ring.geometry().page_count,
                 "backlog_pages": ring.backlog_pages(),
@@ -50,7 +54,7 @@ fn stats(state: &DaemonState) -> Value {
                 "lost": drain.lost.load(Ordering::Relaxed),
                 "skipped_after_restart": drain.skipped.load(Ordering::Relaxed),
                 "shards": state.assignment[ordinal],
-                "committed_through": state.trackers[ordinal].watermark(),
+                "committed_through": state.trackers[ordinal].watermark(ring.epoch()),
             })
         })
         .collect();
@@ -64,7 +68,8 @@ fn stats(state: &DaemonState) -> Value {
             let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
             json!({
                 "shard": j,
-                "path": state.shard_paths[j],
+                "path": *w.path.lock().unwrap_or_else(|p| p.into_inner()),
+                "damaged_files": w.damaged_files.load(Ordering::Relaxed),
                 "events": w.events.load(Ordering::Relaxed),
                 "event_bytes": w.event_bytes.load(Ordering::Relaxed),
                 "lost": w.lost.load(Ordering::Relaxed),
@@ -122,6 +127,9 @@ fn stats(state: &DaemonState) -> Value {
         "rejected_connections": y.rejected_connections.load(Ordering::Relaxed),
         "rejected_stopping": y.rejected_stopping.load(Ordering::Relaxed),
         "emit_failures": y.emit_failures.load(Ordering::Relaxed),
+        "dropped": y.dropped.load(Ordering::Relaxed),
+        "dropped_not_reported_yet": state.syslog_drops.pending(),
+        "drop_reports": state.syslog_drops.reports.load(Ordering::Relaxed),
         "ring_waits": y.ring_waits.load(Ordering::Relaxed),
         "receive_calls": y.receive_calls.load(Ordering::Relaxed),
         "receive_errors": y.receive_errors.load(Ordering::Relaxed),
@@ -133,6 +141,9 @@ fn stats(state: &DaemonState) -> Value {
         "syslog": syslog,
         "retention": retention,
         "descriptor_allowance": state.needed_descriptors,
+        "failing_writers": state.failing_writers.load(Ordering::Relaxed),
+        "damaged_shard_files": state.health.damaged(),
+        "access": state.policy,
     })
 }
 
@@ -155,7 +166,8 @@ fn shards(state: &DaemonState, settings: &Settings) -> Value {
                 "wal_bytes": size("-wal"),
                 "events": events.as_ref().ok(),
                 "error": events.err().map(|e| e.to_string()),
-                "active": state.shard_paths.contains(p),
+                "active": state.health.actives().contains(p),
+                "damaged": state.health.is_damaged(p),
             })
         })
         .collect();

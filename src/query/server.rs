@@ -28,6 +28,8 @@ pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
 pub struct Access {
     /// Members of this group (primary or supplementary) may read.
     pub group: Option<libc::gid_t>,
+    /// Every local user may read (`QueryGroup = "*"`).
+    pub everyone: bool,
 }
 
 impl Access {
@@ -35,7 +37,7 @@ impl Access {
     pub fn allows(&self, uid: libc::uid_t, gid: libc::gid_t) -> bool {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
-        if uid == 0 || uid == me {
+        if uid == 0 || uid == me || self.everyone {
             return true;
         }
         match self.group {

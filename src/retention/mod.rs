@@ -134,13 +134,34 @@ impl Stop {
     }
 }
 
+/// What the coordinator works on.
+pub struct Inputs {
+    pub store_dir: PathBuf,
+    /// The active shards, by index.
+    pub active: Vec<ActiveShard>,
+    /// The running configuration (its limits are read at every pass).
+    pub live: Arc<LiveConfig>,
+    pub epochs: EpochSource,
+    pub health: Arc<store::StoreHealth>,
+}
+
+/// Tells the epochs of every ring that exists now (`None`: some ring's
+/// epoch cannot be read).
+pub type EpochSource = Box<dyn Fn() -> Option<Vec<u64>> + Send>;
+
 pub struct RetentionCoordinator {
     store_dir: PathBuf,
     shards: Vec<Shard>,
     live: Arc<LiveConfig>,
     /// Epochs of every ring that exists: their receipts are never deleted.
-    /// `None` when some ring's epoch is unknown: then no receipt is.
+    /// `None` when some ring's epoch is unknown: then no receipt is. Taken
+    /// from `epochs` at the start of every pass (the daemon replaces a ring
+    /// it finds unusable, with a new epoch).
     live_epochs: Option<Vec<u64>>,
+    epochs: EpochSource,
+    /// Damaged files (never written by retention) and the file each active
+    /// shard writes now (a writer moves on from a damaged one).
+    health: Arc<store::StoreHealth>,
     stats: Arc<RetentionStats>,
     stop: Arc<Stop>,
     interval: Duration,
@@ -151,14 +172,18 @@ pub struct RetentionCoordinator {
 
 impl RetentionCoordinator {
     pub fn new(
-        store_dir: PathBuf,
-        active: Vec<ActiveShard>,
-        live: Arc<LiveConfig>,
-        live_epochs: Option<Vec<u64>>,
+        inputs: Inputs,
         stats: Arc<RetentionStats>,
         stop: Arc<Stop>,
         interval: Duration,
     ) -> Self {
+        let Inputs {
+            store_dir,
+            active,
+            live,
+            epochs,
+            health,
+        } = inputs;
         let shards = active
             .into_iter()
             .map(|a| Shard {
@@ -174,7 +199,9 @@ impl RetentionCoordinator {
             store_dir,
             shards,
             live,
-            live_epochs,
+            live_epochs: None,
+            epochs,
+            health,
             stats,
             stop,
             interval,
@@ -197,6 +224,7 @@ impl RetentionCoordinator {
 
     /// One pass over the store with the limits in force now.
     pub fn pass(&mut self) {
+        self.live_epochs = (self.epochs)();
         let limits = self.live.state().effective;
         let (max_age, max_bytes) = (limits.retention_max_age, limits.retention_max_bytes);
         if max_age.is_none() && max_bytes.is_none() {
@@ -225,12 +253,25 @@ impl RetentionCoordinator {
     /// Adds databases that appeared in the store directory (left by an
     /// earlier configuration) as historical shards.
     fn find_historical(&mut self) {
+        // Active shards first: a writer that moved on from a damaged file
+        // writes a new one, which must not be taken for a historical file
+        // (that would make two writers).
+        let actives = self.health.actives();
+        for (shard, path) in self.shards.iter_mut().zip(actives) {
+            if matches!(shard.writer, Writer::Active { .. }) {
+                shard.path = path;
+            }
+        }
+        // Damaged files are never written, not even to delete rows.
+        let health = self.health.clone();
+        self.shards
+            .retain(|s| matches!(s.writer, Writer::Active { .. }) || !health.is_damaged(&s.path));
         let paths = match store::list_databases(&self.store_dir) {
             Ok(p) => p,
             Err(e) => return self.failed(e.to_string()),
         };
         for path in paths {
-            if !self.shards.iter().any(|s| s.path == path) {
+            if !self.shards.iter().any(|s| s.path == path) && !self.health.is_damaged(&path) {
                 self.shards.push(Shard {
                     path,
                     writer: Writer::Historical(None),

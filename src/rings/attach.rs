@@ -6,9 +6,12 @@
 
 use super::format::{Geometry, PAGE_SIZE_DEFAULT, RING_BYTES_DEFAULT};
 use super::{EmitError, Event, Ring, RingError};
-use crate::sync::Arc;
+use crate::access::files::Found;
+use crate::access::Mode;
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// A ring the daemon attached, with its dense ordinal (R4: ordinals follow
 /// logical CPU ids, skipping rings that failed to attach).
@@ -18,12 +21,17 @@ pub struct AttachedRing {
     pub ring: Arc<Ring>,
 }
 
-/// The outcome of attaching: the rings that work and, for each one that does
-/// not, why.
+/// The outcome of attaching: the rings that work, for each one that does
+/// not, why, and what was mended on the way (for the log).
 pub struct Attached {
     pub rings: Vec<AttachedRing>,
     pub failures: Vec<(u32, RingError)>,
+    pub repairs: Vec<(u32, String)>,
 }
+
+/// The logical cpu id stored with eventd's own syslog ring: above every
+/// cpu id Linux can have (at most 8192), so it never names a real CPU.
+pub const SYSLOG_RING_CPU: u32 = 1 << 20;
 
 pub struct KmesDir {
     dir: PathBuf,
@@ -42,27 +50,37 @@ impl KmesDir {
         self.dir.join(format!("cpu-{cpu:03}.ring"))
     }
 
-    /// Creates the directory and every missing ring of `cpus` with about
-    /// `ring_bytes` of pages each, then attaches them. A ring that cannot be
-    /// created or opened (a corrupt header, say) is reported in `failures`
-    /// and skipped; the others still attach.
-    pub fn attach_all(&self, cpus: &[u32], ring_bytes: usize) -> Result<Attached, RingError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| RingError::Io {
-            path: self.dir.clone(),
-            source,
-        })?;
-        let geometry = Geometry::for_ring_bytes(ring_bytes, PAGE_SIZE_DEFAULT)
-            .or_else(|| Geometry::for_ring_bytes(RING_BYTES_DEFAULT, PAGE_SIZE_DEFAULT))
-            .expect("the default geometry is valid");
+    /// The file of eventd's own syslog ring.
+    pub fn syslog_ring_path(&self) -> PathBuf {
+        self.dir.join("syslog.ring")
+    }
+
+    /// Creates every missing ring of `cpus` with about `ring_bytes` of pages
+    /// each, mode `mode`, then attaches them. A ring file that cannot be used
+    /// (a corrupt or truncated header, the wrong cpu, another user's file or
+    /// a symlink) is moved aside as `NAME.bad` and made anew, so no CPU stays
+    /// without a ring; a ring that still cannot be made (a full disk) is
+    /// reported in `failures` and skipped. Sparse ring files get their blocks
+    /// allocated.
+    pub fn attach_all(
+        &self,
+        cpus: &[u32],
+        ring_bytes: usize,
+        mode: Mode,
+    ) -> Result<Attached, RingError> {
+        self.create_dir()?;
+        let geometry = Self::geometry(ring_bytes);
         let mut sorted = cpus.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
         let mut attached = Attached {
             rings: Vec::new(),
             failures: Vec::new(),
+            repairs: Vec::new(),
         };
         for cpu in sorted {
-            match self.open_or_create(cpu, geometry) {
+            let mut repairs = Vec::new();
+            match self.open_or_create(&self.ring_path(cpu), cpu, geometry, mode, &mut repairs) {
                 Ok(ring) => attached.rings.push(AttachedRing {
                     ordinal: attached.rings.len(),
                     cpu,
@@ -70,26 +88,150 @@ impl KmesDir {
                 }),
                 Err(e) => attached.failures.push((cpu, e)),
             }
+            attached
+                .repairs
+                .extend(repairs.into_iter().map(|r| (cpu, r)));
         }
         Ok(attached)
     }
 
-    fn open_or_create(&self, cpu: u32, geometry: Geometry) -> Result<Ring, RingError> {
-        let path = self.ring_path(cpu);
-        match Ring::open(&path, Some(cpu)) {
-            Err(RingError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                match Ring::create(&path, geometry, cpu) {
-                    // Another process created it between our open and create.
-                    Err(RingError::Io { source, .. })
-                        if source.kind() == std::io::ErrorKind::AlreadyExists =>
-                    {
-                        Ring::open(&path, Some(cpu))
+    /// Attaches (creating or mending it as [`attach_all`](Self::attach_all)
+    /// does) eventd's own syslog ring, which no producer may open.
+    pub fn attach_syslog(
+        &self,
+        ring_bytes: usize,
+        repairs: &mut Vec<String>,
+    ) -> Result<Ring, RingError> {
+        self.create_dir()?;
+        let path = self.syslog_ring_path();
+        let geometry = Self::geometry(ring_bytes);
+        self.open_or_create(&path, SYSLOG_RING_CPU, geometry, Mode::PRIVATE, repairs)
+    }
+
+    /// Creates the directory if it is missing (the daemon gives it its mode
+    /// before attaching; this is for tools and tests).
+    fn create_dir(&self) -> Result<(), RingError> {
+        std::fs::create_dir_all(&self.dir).map_err(|source| RingError::Io {
+            path: self.dir.clone(),
+            source,
+        })
+    }
+
+    /// The geometry for rings of about `ring_bytes`.
+    pub fn geometry(ring_bytes: usize) -> Geometry {
+        Geometry::for_ring_bytes(ring_bytes, PAGE_SIZE_DEFAULT)
+            .or_else(|| Geometry::for_ring_bytes(RING_BYTES_DEFAULT, PAGE_SIZE_DEFAULT))
+            .expect("the default geometry is valid")
+    }
+
+    fn open_or_create(
+        &self,
+        path: &Path,
+        cpu: u32,
+        geometry: Geometry,
+        mode: Mode,
+        repairs: &mut Vec<String>,
+    ) -> Result<Ring, RingError> {
+        let io = |source| RingError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let found = crate::access::files::check_file(path, mode).map_err(io)?;
+        let unusable = match found {
+            Found::Missing => return Self::create_or_open(path, cpu, geometry, mode),
+            Found::Untrusted(why) => why,
+            Found::Trusted => match Ring::open_allocated(path, Some(cpu)) {
+                Ok((ring, allocated)) => {
+                    if allocated {
+                        repairs.push("its blocks were not all allocated; now they are".into());
                     }
-                    other => other,
+                    return Ok(ring);
                 }
+                // Nothing to move aside for: the file is fine, the disk
+                // is full (the ring is not attached; it would fault).
+                Err(e @ RingError::Allocate { .. }) => return Err(e),
+                Err(e) => e.to_string(),
+            },
+        };
+        let aside = path.with_extension("ring.bad");
+        std::fs::rename(path, &aside).map_err(io)?;
+        repairs.push(format!(
+            "not usable ({unusable}); moved aside to {} and made anew (a new epoch: what it \
+             held is not read)",
+            aside.display()
+        ));
+        Self::create_or_open(path, cpu, geometry, mode)
+    }
+
+    /// Creates the ring; if another process did at the same moment, opens
+    /// theirs.
+    fn create_or_open(
+        path: &Path,
+        cpu: u32,
+        geometry: Geometry,
+        mode: Mode,
+    ) -> Result<Ring, RingError> {
+        match Ring::create_with(path, geometry, cpu, mode) {
+            Err(RingError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                Ring::open(path, Some(cpu))
             }
             other => other,
         }
+    }
+}
+
+/// The ring the daemon now uses for one CPU (or its syslog ring), which it
+/// may replace with a new one while others hold the old: they look at the
+/// generation (one load) and take the new ring when it changed.
+pub struct CurrentRing {
+    generation: AtomicU64,
+    ring: Mutex<Arc<Ring>>,
+}
+
+impl CurrentRing {
+    pub fn new(ring: Arc<Ring>) -> Self {
+        CurrentRing {
+            generation: AtomicU64::new(1),
+            ring: Mutex::new(ring),
+        }
+    }
+
+    /// The ring now in use.
+    pub fn get(&self) -> Arc<Ring> {
+        self.lock().clone()
+    }
+
+    /// Puts `ring` in place of the current one.
+    pub fn replace(&self, ring: Arc<Ring>) {
+        *self.lock() = ring;
+        // Release: a holder that sees the new generation and then takes the
+        // lock gets the new ring (the lock orders it anyway; this keeps the
+        // fast check honest on its own).
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// `cached` brought up to date: the ring is taken again only when the
+    /// generation moved.
+    pub fn refresh<'c>(&self, cached: &'c mut (u64, Arc<Ring>)) -> &'c Arc<Ring> {
+        // Acquire: pairs with `replace`.
+        let now = self.generation.load(Ordering::Acquire);
+        if now != cached.0 {
+            *cached = (now, self.get());
+        }
+        &cached.1
+    }
+
+    /// A holder's first cached value.
+    pub fn cached(&self) -> (u64, Arc<Ring>) {
+        // Acquire: as in `refresh`.
+        (self.generation.load(Ordering::Acquire), self.get())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Arc<Ring>> {
+        // The guarded value is one Arc, replaced whole: never half-written.
+        self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -125,61 +267,216 @@ pub fn parse_cpu_list(list: &str) -> Option<Vec<u32>> {
 
 /// Most CPU ids an emitter keeps rings for.
 const CPU_IDS_MAX: usize = 4096;
+/// A ring found gone (truncated, replaced) is opened again at most this
+/// often per CPU; emits in between fail with [`EmitError::Gone`].
+const REOPEN_INTERVAL_MS: u64 = 100;
+/// Rings one thread keeps at hand (see `CACHE`): a thread that moves
+/// between more CPUs than this takes a lock now and then.
+const CACHE_ENTRIES_MAX: usize = 8;
 
 /// The producer side for programs: emits into the ring of the CPU the calling
-/// thread runs on, opening rings on first use.
+/// thread runs on, opening rings on first use, and again when the daemon
+/// replaced one (or its file was truncated).
 pub struct Emitter {
+    /// Tells this emitter's entries in the threads' caches from another's.
+    id: u64,
     kmes: KmesDir,
-    rings: Vec<OnceLock<Option<Arc<Ring>>>>,
+    slots: Vec<Slot>,
+}
+
+/// One CPU's ring, as this emitter has it.
+struct Slot {
+    /// Bumped each time `ring` is set; 0: never opened.
+    generation: AtomicU64,
+    ring: Mutex<Option<Arc<Ring>>>,
+    /// When the ring was last opened (ms, `sync` clock).
+    opened_ms: AtomicU64,
+}
+
+/// A ring a thread emitted into last on one CPU: emits take it from here
+/// with no lock and no reference count, as long as the slot's generation
+/// has not moved.
+struct Cached {
+    emitter: u64,
+    cpu: u32,
+    generation: u64,
+    ring: Arc<Ring>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Vec<Cached>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Emitter {
     /// An emitter for the rings in `dir` (the daemon's `DATA_DIR/kmes`). Fails
     /// if the directory does not exist.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Emitter, RingError> {
+        static IDS: AtomicU64 = AtomicU64::new(1);
         let kmes = KmesDir::new(dir);
-        std::fs::read_dir(kmes.path()).map_err(|source| RingError::Io {
-            path: kmes.path().to_path_buf(),
-            source,
+        std::fs::read_dir(kmes.path()).map_err(|source| {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                RingError::NotAProducer {
+                    path: kmes.path().to_path_buf(),
+                }
+            } else {
+                RingError::Io {
+                    path: kmes.path().to_path_buf(),
+                    source,
+                }
+            }
         })?;
         Ok(Emitter {
+            // Relaxed: only uniqueness matters.
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             kmes,
-            rings: (0..CPU_IDS_MAX).map(|_| OnceLock::new()).collect(),
+            slots: (0..CPU_IDS_MAX)
+                .map(|_| Slot {
+                    generation: AtomicU64::new(0),
+                    ring: Mutex::new(None),
+                    opened_ms: AtomicU64::new(0),
+                })
+                .collect(),
         })
     }
 
     /// Emits `event` into the current CPU's ring; returns that CPU's id.
+    /// A ring found gone is opened again once and the event retried.
     pub fn emit(&self, event: &Event<'_>) -> Result<u32, EmitRingError> {
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         let cpu = u32::try_from(cpu).unwrap_or(0);
-        self.ring(cpu)?.emit(event)?;
+        let (generation, result) = self.on_ring(cpu, |ring| ring.emit(event))?;
+        match result {
+            Err(EmitError::Gone) => {
+                self.reopen(cpu, generation)?;
+                self.on_ring(cpu, |ring| ring.emit(event))?.1?;
+            }
+            other => other?,
+        }
         Ok(cpu)
     }
 
-    /// The ring of `cpu`, opened on first use.
-    pub fn ring(&self, cpu: u32) -> Result<&Arc<Ring>, EmitRingError> {
-        let no_ring = || {
-            EmitRingError::Ring(RingError::NoRing {
-                cpu,
-                dir: self.kmes.path().to_path_buf(),
+    /// The ring of `cpu` now, opened on first use.
+    pub fn ring(&self, cpu: u32) -> Result<Arc<Ring>, EmitRingError> {
+        let slot = self.slot(cpu)?;
+        Ok(self.current(cpu, slot)?.1)
+    }
+
+    fn slot(&self, cpu: u32) -> Result<&Slot, EmitRingError> {
+        self.slots
+            .get(cpu as usize)
+            .ok_or_else(|| self.no_ring(cpu))
+    }
+
+    fn no_ring(&self, cpu: u32) -> EmitRingError {
+        EmitRingError::Ring(RingError::NoRing {
+            cpu,
+            dir: self.kmes.path().to_path_buf(),
+        })
+    }
+
+    /// Runs `f` on the ring of `cpu`: from this thread's cache when it is
+    /// current, else from the slot (opening the ring if needed), which then
+    /// goes into the cache. Returns the generation `f` ran on.
+    fn on_ring<R>(&self, cpu: u32, f: impl FnOnce(&Ring) -> R) -> Result<(u64, R), EmitRingError> {
+        let slot = self.slot(cpu)?;
+        // Acquire: pairs with the Release bump in `store`, so the cached
+        // ring of this generation is the one stored with it.
+        let generation = slot.generation.load(Ordering::Acquire);
+        let mut f = Some(f);
+        let hit = CACHE
+            .try_with(|cache| {
+                let cache = cache.try_borrow().ok()?;
+                let entry = cache
+                    .iter()
+                    .find(|e| e.emitter == self.id && e.cpu == cpu && e.generation == generation)?;
+                // `f` is still there: this is the only place before the
+                // miss path that takes it.
+                let f = f.take()?;
+                Some(f(&entry.ring))
             })
-        };
-        let cell = self.rings.get(cpu as usize).ok_or_else(no_ring)?;
-        if let Some(ring) = cell.get() {
-            return ring.as_ref().ok_or_else(no_ring);
+            .ok()
+            .flatten();
+        if let Some(r) = hit {
+            return Ok((generation, r));
         }
+        let (generation, ring) = self.current(cpu, slot)?;
+        // Not taken: the cache path above returned if it took it.
+        let f = f.take().ok_or_else(|| self.no_ring(cpu))?;
+        let result = f(&ring);
+        let _ = CACHE.try_with(|cache| {
+            // A re-entrant call (from inside `f`) finds the cache borrowed
+            // and simply does not cache.
+            if let Ok(mut cache) = cache.try_borrow_mut() {
+                cache.retain(|e| !(e.emitter == self.id && e.cpu == cpu));
+                if cache.len() >= CACHE_ENTRIES_MAX {
+                    cache.remove(0);
+                }
+                cache.push(Cached {
+                    emitter: self.id,
+                    cpu,
+                    generation,
+                    ring,
+                });
+            }
+        });
+        Ok((generation, result))
+    }
+
+    /// The slot's ring and generation, opening the ring on first use.
+    fn current(&self, cpu: u32, slot: &Slot) -> Result<(u64, Arc<Ring>), EmitRingError> {
+        let mut ring = lock(&slot.ring);
+        if let Some(r) = ring.as_ref() {
+            // Acquire: as in `on_ring` (the lock orders it too).
+            return Ok((slot.generation.load(Ordering::Acquire), r.clone()));
+        }
+        let opened = self.open_ring(cpu)?;
+        *ring = Some(opened.clone());
+        Ok((store(slot), opened))
+    }
+
+    /// Opens `cpu`'s ring file again after the ring the caller used at
+    /// `generation` was found gone, unless another thread did already, or
+    /// the last attempt was less than [`REOPEN_INTERVAL_MS`] ago.
+    fn reopen(&self, cpu: u32, generation: u64) -> Result<(), EmitRingError> {
+        let slot = self.slot(cpu)?;
+        let mut ring = lock(&slot.ring);
+        // Acquire: as in `on_ring`.
+        if slot.generation.load(Ordering::Acquire) != generation {
+            return Ok(());
+        }
+        let now = crate::sync::monotonic_ms();
+        // Relaxed: read and written under the slot's lock.
+        if now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed)) < REOPEN_INTERVAL_MS {
+            return Err(EmitRingError::Emit(EmitError::Gone));
+        }
+        let opened = self.open_ring(cpu)?;
+        slot.opened_ms.store(now, Ordering::Relaxed);
+        *ring = Some(opened);
+        store(slot);
+        Ok(())
+    }
+
+    fn open_ring(&self, cpu: u32) -> Result<Arc<Ring>, EmitRingError> {
         match Ring::open(&self.kmes.ring_path(cpu), Some(cpu)) {
-            Ok(ring) => cell
-                .get_or_init(|| Some(Arc::new(ring)))
-                .as_ref()
-                .ok_or_else(no_ring),
+            Ok(ring) => Ok(Arc::new(ring)),
             Err(RingError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                Err(no_ring())
+                Err(self.no_ring(cpu))
             }
             Err(e) => Err(EmitRingError::Ring(e)),
         }
     }
+}
+
+/// Bumps a slot's generation after its ring was set (under its lock).
+fn store(slot: &Slot) -> u64 {
+    // Release: a thread that sees the new generation sees the new ring.
+    slot.generation.fetch_add(1, Ordering::Release) + 1
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every write under these locks is one whole assignment.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Emitting through an [`Emitter`] failed.

@@ -154,6 +154,10 @@ pub struct Reserve {
 impl Reserve {
     /// Offset value that marks a page closed to new reservations.
     pub const CLOSED: u32 = (1 << 13) - 1;
+    /// Offset value that marks the whole ring given up by the daemon (it
+    /// made a new ring in its place): producers stop and reopen the file.
+    /// Beyond every real offset (a page holds at most 4095 data words).
+    pub const RETIRED: u32 = Self::CLOSED - 1;
 
     pub fn pack(self) -> u64 {
         debug_assert!(self.offset <= Self::CLOSED && self.count <= RECORDS_PER_PAGE_MAX);
@@ -360,6 +364,6 @@ mod tests {
         assert!(g.data_index(255, g.data_words() - 1) < g.file_words());
         // Offsets and counts fit their fields at the largest page.
         let big = Geometry::new(PAGE_SIZE_MAX, 2).unwrap();
-        assert!(big.data_words() < Reserve::CLOSED);
+        assert!(big.data_words() < Reserve::RETIRED);
     }
 }

@@ -17,6 +17,10 @@ use std::time::Duration;
 
 pub struct RingMemory {
     words: usize,
+    /// The SIGBUS guard of the mapping (see [`super::guard`]); dropped
+    /// before `map`, so the mapping is unregistered before it is unmapped.
+    #[cfg(not(loom))]
+    guard: Option<super::guard::Registration>,
     #[cfg(not(loom))]
     map: Mapping,
     #[cfg(loom)]
@@ -68,10 +72,38 @@ impl RingMemory {
         }
         let ptr = std::ptr::NonNull::new(ptr.cast::<u8>())
             .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
+        let guard = super::guard::register(ptr.as_ptr(), len);
         Ok(Self {
             words: len / 8,
+            guard,
             map: Mapping { ptr, len },
         })
+    }
+
+    /// Whether the file shrank under this mapping: a fault was caught (or
+    /// a check found the file too short) and the mapping now holds zeroed
+    /// private memory. Always false when the mapping could not be guarded.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub fn faulted(&self) -> bool {
+        self.guard
+            .as_ref()
+            .is_some_and(super::guard::Registration::faulted)
+    }
+
+    /// Whether the mapping is guarded against SIGBUS.
+    #[cfg(not(loom))]
+    pub fn guarded(&self) -> bool {
+        self.guard.is_some()
+    }
+
+    /// Records that the file was found shorter than the mapping (before
+    /// any access faulted): the ring is to be treated as gone.
+    #[cfg(not(loom))]
+    pub fn set_faulted(&self) {
+        if let Some(g) = &self.guard {
+            g.set_faulted();
+        }
     }
 
     /// Zeroed memory for a ring of `geometry`, private to this process (loom
@@ -84,6 +116,12 @@ impl RingMemory {
             cells: (0..words).map(|_| AtomicU64::new(0)).collect(),
             futex: crate::sync::Futex::new(0),
         }
+    }
+
+    /// Under loom the memory is private: it never faults.
+    #[cfg(loom)]
+    pub fn faulted(&self) -> bool {
+        false
     }
 
     #[inline(always)]

@@ -12,12 +12,14 @@
 pub mod attach;
 pub mod event;
 pub mod format;
+#[cfg(not(loom))]
+pub mod guard;
 mod memory;
 pub mod producer;
 pub mod reader;
 
 #[cfg(not(loom))]
-pub use attach::{online_cpus, AttachedRing, Emitter, KmesDir};
+pub use attach::{online_cpus, AttachedRing, CurrentRing, Emitter, KmesDir, SYSLOG_RING_CPU};
 pub use event::{Event, Level};
 pub use producer::EmitError;
 pub use reader::{Gap, LossReason, ReadPosition, RingItem, RingReader};
@@ -60,6 +62,21 @@ pub enum RingError {
     },
     #[error("no ring for cpu {cpu} in {dir} (is eventd running with --data-dir pointing there?)")]
     NoRing { cpu: u32, dir: PathBuf },
+    #[error(
+        "{path}: cannot allocate the ring's {bytes} bytes on disk: {source} (a ring's blocks are \
+         allocated when it is made, so that a full disk can never fault a producer later)"
+    )]
+    Allocate {
+        path: PathBuf,
+        bytes: u64,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}: permission denied: emitting through the rings needs membership of the \
+         ProducerGroup eventd runs with (see docs/security.md); any user can log through the \
+         syslog socket instead"
+    )]
+    NotAProducer { path: PathBuf },
 }
 
 /// One attached ring: its memory and its identity.
@@ -69,6 +86,29 @@ pub struct Ring {
     epoch: u64,
     cpu: u32,
     path: PathBuf,
+    /// The file's `(device, inode)` when it was opened: a file replaced or
+    /// removed under that name is noticed by [`Ring::file_state`].
+    #[cfg(not(loom))]
+    identity: (u64, u64),
+    /// Creation time from the header as opened (a scribbled header is
+    /// written back with it).
+    #[cfg(not(loom))]
+    created_ns: u64,
+}
+
+/// What became of a ring's file since it was opened.
+#[cfg(not(loom))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileState {
+    /// Still the same file, at least as long as the ring.
+    Intact,
+    /// No file at the ring's name any more.
+    Removed,
+    /// Another file at the ring's name.
+    Replaced,
+    /// The file is shorter than the ring (truncated), or a fault was caught
+    /// in the mapping: the ring's memory is gone.
+    Shrunk,
 }
 
 impl Ring {
@@ -88,6 +128,131 @@ impl Ring {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the ring's file shrank under this process's mapping (see
+    /// [`guard`]): nothing more can be read from or written to it.
+    #[inline(always)]
+    pub fn faulted(&self) -> bool {
+        self.mem.faulted()
+    }
+
+    /// Looks at the ring's file by name: still the one mapped, and whole?
+    /// A file found shorter than the ring marks the mapping faulted at once
+    /// (before an access faults).
+    #[cfg(not(loom))]
+    pub fn file_state(&self) -> FileState {
+        use std::os::unix::fs::MetadataExt;
+        if self.mem.faulted() {
+            return FileState::Shrunk;
+        }
+        match std::fs::symlink_metadata(&self.path) {
+            Err(_) => FileState::Removed,
+            Ok(m) if (m.dev(), m.ino()) != self.identity => FileState::Replaced,
+            Ok(m) if m.len() < self.geometry.file_bytes() as u64 => {
+                self.mem.set_faulted();
+                FileState::Shrunk
+            }
+            Ok(_) => FileState::Intact,
+        }
+    }
+
+    /// Whether the ring's mapping is protected against SIGBUS (see
+    /// [`guard`]); false only if the guard table was full.
+    #[cfg(not(loom))]
+    pub fn guarded(&self) -> bool {
+        self.mem.guarded()
+    }
+
+    /// Tells producers this ring is given up (the daemon replaced it): their
+    /// next reservation fails with [`EmitError::Gone`] and an [`Emitter`]
+    /// opens the ring's file again. Bounded; a no-op on a faulted mapping.
+    pub fn retire(&self) {
+        if self.mem.faulted() {
+            return;
+        }
+        let reserve = self.mem.word(H_RESERVE);
+        // Relaxed: a first guess, validated by the CAS.
+        let mut current = reserve.load(Ordering::Relaxed);
+        for _ in 0..1000 {
+            let retired = Reserve {
+                offset: Reserve::RETIRED,
+                ..Reserve::unpack(current)
+            }
+            .pack();
+            // Relaxed: nothing is published with the mark; producers only
+            // need to see it eventually (a reservation made before it is
+            // lost with the ring, which the daemon counts).
+            match reserve.compare_exchange_weak(
+                current,
+                retired,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The header's identity words as written at creation, if the header
+    /// disagrees with them (a scribble): they are written back, and the
+    /// number of words mended is returned. A producer that opens the ring
+    /// validates these words, so a scribbled header would keep every new
+    /// producer out.
+    #[cfg(not(loom))]
+    pub fn mend_header(&self) -> usize {
+        let created_ns = self.created_ns;
+        let mut mended = 0;
+        for (i, want) in [
+            (H_MAGIC, MAGIC),
+            (
+                H_VERSION,
+                u64::from(VERSION) | (u64::from(HEADER_WORDS_USED) << 32),
+            ),
+            (H_EPOCH, self.epoch),
+            (
+                H_GEOMETRY,
+                self.geometry.page_size as u64 | ((self.geometry.page_count as u64) << 32),
+            ),
+            (H_CPU, u64::from(self.cpu)),
+            (H_CREATED_NS, created_ns),
+        ] {
+            // Relaxed: identity words are read once by producers at open;
+            // nothing is ordered with them.
+            let word = self.mem.word(i);
+            if word.load(Ordering::Relaxed) != want {
+                word.store(want, Ordering::Relaxed);
+                mended += 1;
+            }
+        }
+        mended
+    }
+
+    /// The reserve word as it is now (the daemon's health checks).
+    pub fn reserve_word(&self) -> u64 {
+        // Relaxed: compared between two checks; guards nothing.
+        self.mem.word(H_RESERVE).load(Ordering::Relaxed)
+    }
+
+    /// The last sequence number reserved, as the producers' front page
+    /// says, if its words are consistent; `None` otherwise. The front page
+    /// starts at or after `page_first` (the reader's page's first sequence),
+    /// which gives the 40 stored bits their full value.
+    pub fn front_last_seq(&self, page_first: u64) -> Option<u64> {
+        let w = Reserve::unpack(self.reserve_word());
+        // Relaxed: an estimate for loss accounting.
+        let meta = Meta::unpack(
+            self.mem
+                .word(self.geometry.meta_index(w.ticket))
+                .load(Ordering::Relaxed),
+        );
+        if !meta.holds(w.ticket) || w.count > RECORDS_PER_PAGE_MAX {
+            return None;
+        }
+        seq_from_low(meta.first_seq_low, page_first)?
+            .checked_add(u64::from(w.count))?
+            .checked_sub(1)
     }
 
     /// Events producers refused before they got a sequence number (so no
@@ -179,43 +344,140 @@ impl Ring {
         }
     }
 
-    /// Creates the ring file at `path` (which must not exist) atomically: the
-    /// file is built under a temporary name and linked into place.
+    /// [`Ring::create_with`] a mode private to this user (0600): for tests,
+    /// benches and tools.
     #[cfg(not(loom))]
     pub fn create(path: &Path, geometry: Geometry, cpu: u32) -> Result<Ring, RingError> {
-        use std::fs::OpenOptions;
+        Self::create_with(path, geometry, cpu, crate::access::Mode::PRIVATE)
+    }
+
+    /// Creates the ring file at `path` (which must not exist) atomically:
+    /// the file is built under a temporary name, with its blocks allocated
+    /// and its mode and group set, and linked into place. If another process
+    /// created the ring first, its ring wins (`AlreadyExists`).
+    #[cfg(not(loom))]
+    pub fn create_with(
+        path: &Path,
+        geometry: Geometry,
+        cpu: u32,
+        mode: crate::access::Mode,
+    ) -> Result<Ring, RingError> {
+        Self::build(path, geometry, cpu, mode, false)
+    }
+
+    /// Makes a new ring (a new epoch) at `path`, replacing the file there in
+    /// one rename: producers that open the name from now on get the new one.
+    #[cfg(not(loom))]
+    pub fn create_replacing(
+        path: &Path,
+        geometry: Geometry,
+        cpu: u32,
+        mode: crate::access::Mode,
+    ) -> Result<Ring, RingError> {
+        Self::build(path, geometry, cpu, mode, true)
+    }
+
+    #[cfg(not(loom))]
+    fn build(
+        path: &Path,
+        geometry: Geometry,
+        cpu: u32,
+        mode: crate::access::Mode,
+        replace: bool,
+    ) -> Result<Ring, RingError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::sync::atomic::AtomicU64;
+        static MADE: AtomicU64 = AtomicU64::new(0);
         let io = |source| RingError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        let file = OpenOptions::new()
+        // Unique per process and call: two drains may replace rings at once.
+        let tmp = path.with_extension(format!(
+            "tmp.{}.{}",
+            std::process::id(),
+            MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .mode(0o600)
             .open(&tmp)
             .map_err(io)?;
+        let bytes = geometry.file_bytes();
         let result = (|| {
-            file.set_len(geometry.file_bytes() as u64)?;
-            let mem = RingMemory::map(&file, geometry.file_bytes())?;
+            allocate(&file, bytes as u64).map_err(|source| RingError::Allocate {
+                path: path.to_path_buf(),
+                bytes: bytes as u64,
+                source,
+            })?;
+            crate::access::files::set_mode_fd(&file, mode).map_err(io)?;
+            let mem = RingMemory::map(&file, bytes).map_err(io)?;
             Ring::initialize(&mem, geometry, cpu, random_u64(), now_ns() as u64);
-            file.sync_all()?;
-            // Fails if another process created the ring first: theirs wins.
-            std::fs::hard_link(&tmp, path)?;
-            Ok(())
+            file.sync_all().map_err(io)?;
+            if replace {
+                std::fs::rename(&tmp, path).map_err(io)?;
+            } else {
+                // Fails if another process created the ring first.
+                std::fs::hard_link(&tmp, path).map_err(io)?;
+            }
+            Ok(mem)
         })();
         let _ = std::fs::remove_file(&tmp);
-        result.map_err(io)?;
-        Ring::open(path, Some(cpu))
+        let mem = result?;
+        if mem.faulted() {
+            // Only a file truncated between its making and now gets here.
+            return Err(RingError::Truncated {
+                path: path.to_path_buf(),
+                len: 0,
+                need: bytes as u64,
+            });
+        }
+        Self::from_memory(path, &file, mem, Some(cpu))
     }
 
     /// Opens an existing ring file and validates its header. `cpu`, if given,
     /// must match the cpu the ring says it belongs to.
     #[cfg(not(loom))]
     pub fn open(path: &Path, cpu: Option<u32>) -> Result<Ring, RingError> {
+        Self::open_file(path, cpu).map(|(ring, _)| ring)
+    }
+
+    /// Opens a ring as the daemon does: like [`Ring::open`], and a ring file
+    /// whose blocks are not all allocated (sparse: made by an older eventd
+    /// or copied) gets them allocated now, so that a full disk cannot fault
+    /// the producers writing into it. Returns whether blocks were allocated.
+    #[cfg(not(loom))]
+    pub fn open_allocated(path: &Path, cpu: Option<u32>) -> Result<(Ring, bool), RingError> {
+        use std::os::unix::fs::MetadataExt;
+        let (ring, file) = Self::open_file(path, cpu)?;
+        let bytes = ring.geometry.file_bytes() as u64;
+        let meta = file.metadata().map_err(|source| RingError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.blocks().saturating_mul(512) >= bytes {
+            return Ok((ring, false));
+        }
+        allocate(&file, bytes).map_err(|source| RingError::Allocate {
+            path: path.to_path_buf(),
+            bytes,
+            source,
+        })?;
+        Ok((ring, true))
+    }
+
+    #[cfg(not(loom))]
+    fn open_file(path: &Path, cpu: Option<u32>) -> Result<(Ring, std::fs::File), RingError> {
         let p = || path.to_path_buf();
-        let io = |source| RingError::Io { path: p(), source };
+        let io = |source: std::io::Error| {
+            if source.kind() == std::io::ErrorKind::PermissionDenied {
+                RingError::NotAProducer { path: p() }
+            } else {
+                RingError::Io { path: p(), source }
+            }
+        };
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -231,9 +493,29 @@ impl Ring {
             });
         }
         let header = RingMemory::map(&file, HEADER_WORDS * 8).map_err(io)?;
+        let geometry = Self::validate_header(path, &header, len)?;
+        drop(header);
+        let mem = RingMemory::map(&file, geometry.file_bytes()).map_err(io)?;
+        let ring = Self::from_memory(path, &file, mem, cpu)?;
+        Ok((ring, file))
+    }
+
+    /// The geometry a mapped header promises, if the header is a ring's and
+    /// the file (`len` bytes) holds all of it.
+    #[cfg(not(loom))]
+    fn validate_header(path: &Path, header: &RingMemory, len: u64) -> Result<Geometry, RingError> {
+        let p = || path.to_path_buf();
         // Relaxed: the header's identity words never change after creation.
         let read = |i: usize| header.word(i).load(Ordering::Relaxed);
         let magic = read(H_MAGIC);
+        if header.faulted() {
+            // Truncated between the length check and the read.
+            return Err(RingError::Truncated {
+                path: p(),
+                len: 0,
+                need: (HEADER_WORDS * 8) as u64,
+            });
+        }
         if magic != MAGIC {
             return Err(RingError::BadMagic { path: p(), magic });
         }
@@ -257,6 +539,22 @@ impl Ring {
                 need,
             });
         }
+        Ok(geometry)
+    }
+
+    /// The ring in `mem`, a mapping of `file` whose header was validated
+    /// (or just written); `cpu`, if given, must be the ring's.
+    #[cfg(not(loom))]
+    fn from_memory(
+        path: &Path,
+        file: &std::fs::File,
+        mem: RingMemory,
+        cpu: Option<u32>,
+    ) -> Result<Ring, RingError> {
+        use std::os::unix::fs::MetadataExt;
+        let p = || path.to_path_buf();
+        // Relaxed: identity words, written once at creation.
+        let read = |i: usize| mem.word(i).load(Ordering::Relaxed);
         let found = read(H_CPU) as u32;
         if let Some(expected) = cpu {
             if found != expected {
@@ -267,16 +565,44 @@ impl Ring {
                 });
             }
         }
-        let epoch = read(H_EPOCH);
-        drop(header);
-        let mem = RingMemory::map(&file, geometry.file_bytes()).map_err(io)?;
+        let geometry = Geometry::new(
+            (read(H_GEOMETRY) & 0xFFFF_FFFF) as usize,
+            (read(H_GEOMETRY) >> 32) as usize,
+        )
+        .ok_or(RingError::BadGeometry {
+            path: p(),
+            page_size: read(H_GEOMETRY) & 0xFFFF_FFFF,
+            page_count: read(H_GEOMETRY) >> 32,
+        })?;
+        let meta = file
+            .metadata()
+            .map_err(|source| RingError::Io { path: p(), source })?;
+        let (epoch, created_ns) = (read(H_EPOCH), read(H_CREATED_NS));
         Ok(Ring {
+            epoch,
             mem,
             geometry,
-            epoch,
             cpu: found,
             path: p(),
+            identity: (meta.dev(), meta.ino()),
+            created_ns,
         })
+    }
+}
+
+/// Allocates the blocks of `file`'s first `bytes` bytes (extending it to
+/// that length), so that writes through a mapping never meet a full disk.
+#[cfg(not(loom))]
+fn allocate(file: &std::fs::File, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let len = libc::off_t::try_from(bytes).map_err(std::io::Error::other)?;
+    // SAFETY: an open descriptor we own; posix_fallocate touches no memory
+    // of ours. It returns the error number instead of setting errno.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(rc))
     }
 }
 

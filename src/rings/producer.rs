@@ -57,6 +57,19 @@ pub enum EmitError {
     Busy,
     #[error("ring page was reused while the event was being written; event lost")]
     Overwritten,
+    /// The ring's file was truncated under this process (its mapping now
+    /// holds nothing), or the daemon replaced the ring with a new one: open
+    /// the ring file again ([`Emitter`](super::Emitter) does).
+    #[error("the ring was truncated or replaced; event not written")]
+    Gone,
+}
+
+/// Why a reservation failed.
+enum Refused {
+    /// The bounded retries ran out (contention or scribbled words).
+    Busy,
+    /// The daemon retired the ring.
+    Retired,
 }
 
 /// Where a reservation landed.
@@ -71,9 +84,16 @@ impl Ring {
     /// Writes one event into this ring. Never blocks.
     pub fn emit(&self, event: &Event<'_>) -> Result<(), EmitError> {
         let words = event.record_words(self.geometry)?;
-        let Some(r) = self.reserve(words) else {
-            self.count_refusal();
-            return Err(EmitError::Busy);
+        if self.mem.faulted() {
+            return Err(EmitError::Gone);
+        }
+        let r = match self.reserve(words) {
+            Ok(r) => r,
+            Err(Refused::Busy) => {
+                self.count_refusal();
+                return Err(EmitError::Busy);
+            }
+            Err(Refused::Retired) => return Err(EmitError::Gone),
         };
         // Release fence: our writes below are ordered after everything our
         // Acquire reservation saw, including the meta word of this page. A
@@ -115,6 +135,11 @@ impl Ring {
         {
             return Err(EmitError::Overwritten);
         }
+        if self.mem.faulted() {
+            // The file shrank while we wrote: the record went into the
+            // zeroed stand-in memory, not the ring.
+            return Err(EmitError::Gone);
+        }
         if r.wake_reader {
             self.wake_reader();
         }
@@ -128,7 +153,7 @@ impl Ring {
     #[doc(hidden)]
     pub fn reserve_and_die_for_tests(&self, payload_words: u32, stamp: bool) {
         let words = RECORD_HEADER_WORDS as u32 + payload_words;
-        let Some(r) = self.reserve(words) else { return };
+        let Ok(r) = self.reserve(words) else { return };
         if stamp {
             let _ = self.stamp_reserved(&r, words);
         }
@@ -179,13 +204,17 @@ impl Ring {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Reserves `words` words; `None` after `RESERVE_ATTEMPTS_MAX` tries.
-    fn reserve(&self, words: u32) -> Option<Reservation> {
+    /// Reserves `words` words; refused after `RESERVE_ATTEMPTS_MAX` tries or
+    /// when the ring is retired.
+    fn reserve(&self, words: u32) -> Result<Reservation, Refused> {
         let reserve = self.mem.word(H_RESERVE);
         // Relaxed: a first guess, validated by the CAS.
         let mut current = reserve.load(Ordering::Relaxed);
         for _ in 0..RESERVE_ATTEMPTS_MAX {
             let w = Reserve::unpack(current);
+            if w.offset == Reserve::RETIRED {
+                return Err(Refused::Retired);
+            }
             if w.closed() {
                 self.open_next(w);
                 current = reserve.load(Ordering::Acquire);
@@ -233,7 +262,7 @@ impl Ring {
                 Ordering::Acquire,
             ) {
                 Ok(_) if fits => {
-                    return Some(Reservation {
+                    return Ok(Reservation {
                         ticket: w.ticket,
                         offset: w.offset,
                         index: w.count,
@@ -244,7 +273,7 @@ impl Ring {
                 Err(actual) => current = actual,
             }
         }
-        None
+        Err(Refused::Busy)
     }
 
     /// Opens the page after the closed page `closed.ticket` (any producer may,

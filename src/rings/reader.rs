@@ -62,6 +62,15 @@ pub enum LossReason {
     Abandoned,
     /// The record failed validation.
     Corrupt,
+    /// The ring itself was lost (its file truncated, replaced or wedged by
+    /// a scribble) and the daemon made a new one: what it held unread went
+    /// with it. Never returned by the reader; the drain records it.
+    RingLost,
+    /// Messages eventd received but could not put into a ring (the store
+    /// could not commit and the ring was full): counted, then recorded as
+    /// one gap row whose `lost` is their number. Never returned by the
+    /// reader; the syslog drain records it.
+    Dropped,
 }
 
 impl LossReason {
@@ -70,6 +79,8 @@ impl LossReason {
             LossReason::Overwritten => "overwritten",
             LossReason::Abandoned => "abandoned",
             LossReason::Corrupt => "corrupt",
+            LossReason::RingLost => "ring_lost",
+            LossReason::Dropped => "dropped",
         }
     }
 }
@@ -326,7 +337,15 @@ impl RingReader {
         let mem = &self.ring.mem;
         // Acquire: the reserve word names pages whose metas were published
         // before it.
-        let w = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire));
+        let raw = mem.word(H_RESERVE).load(Ordering::Acquire);
+        let w = Reserve::unpack(raw);
+        if w.offset == Reserve::RETIRED {
+            // Only the daemon retires a ring, and its reader is gone by
+            // then: on a ring still read this is a scribble, which would
+            // turn every producer away. Closed instead, the ring goes on.
+            self.unretire(raw);
+            return Some((0, false));
+        }
         let ahead = ticket_distance(w.ticket, self.ticket);
         if ahead == 0 {
             return Some((w.count.min(RECORDS_PER_PAGE_MAX), w.closed()));
@@ -346,6 +365,26 @@ impl RingReader {
             return None;
         }
         Some((count as u32, true))
+    }
+
+    /// Undoes a RETIRED mark found on this live ring (`word`, the reserve
+    /// word as read): the page it names is closed instead, so producers
+    /// open the next one.
+    fn unretire(&self, word: u64) {
+        let w = Reserve::unpack(word);
+        let closed = Reserve {
+            offset: Reserve::CLOSED,
+            count: w.count.min(RECORDS_PER_PAGE_MAX),
+            ..w
+        };
+        // AcqRel, as producers' CASes on this word; a failure means the word
+        // moved on, and the next step looks again.
+        let _ = self.ring.mem.word(H_RESERVE).compare_exchange(
+            word,
+            closed.pack(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
     }
 
     fn next_page(&mut self, count: u32) {

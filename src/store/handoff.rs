@@ -18,6 +18,9 @@ pub struct Handoff {
     pub ring_epoch: u64,
     pub first_seq: u64,
     pub last_seq: u64,
+    /// For a gap: the events it stands for (`last_seq - first_seq + 1`, or,
+    /// for messages dropped before they reached a ring, their number).
+    pub lost: u64,
     /// Reader position after this item ([`ReadPosition::position_word`]).
     pub position: u64,
     /// Sequence number expected after this item.
@@ -56,6 +59,7 @@ impl Handoff {
             ring_epoch,
             first_seq: seq,
             last_seq: seq,
+            lost: 0,
             position: 0,
             next_seq: seq + 1,
             ts_ns: event.ts_ns,
@@ -81,10 +85,37 @@ impl Handoff {
             ring_epoch,
             first_seq: gap.from_seq,
             last_seq: gap.to_seq,
+            lost: gap.count(),
             position: 0,
             next_seq: gap.to_seq + 1,
             ts_ns: last_ts_ns,
             kind: Kind::Gap(gap.reason),
+            ..Handoff::default()
+        }
+    }
+
+    /// The header of a report of `count` messages dropped before they
+    /// reached a ring (the report itself took sequence number `seq`), the
+    /// first of them at `since_ns`.
+    pub fn dropped(
+        ring: u32,
+        cpu: u32,
+        ring_epoch: u64,
+        seq: u64,
+        count: u64,
+        since_ns: i64,
+    ) -> Self {
+        Handoff {
+            ring,
+            cpu,
+            ring_epoch,
+            first_seq: seq,
+            last_seq: seq,
+            lost: count,
+            position: 0,
+            next_seq: seq + 1,
+            ts_ns: since_ns,
+            kind: Kind::Gap(LossReason::Dropped),
             ..Handoff::default()
         }
     }

@@ -59,8 +59,6 @@ pub struct ReceiptReader {
     trust_watermarks: bool,
 }
 
-type Found<T> = Result<T, StoreError>;
-
 fn unreadable(path: &Path, source: rusqlite::Error) -> StoreError {
     StoreError::Recovery {
         path: path.to_path_buf(),
@@ -70,47 +68,80 @@ fn unreadable(path: &Path, source: rusqlite::Error) -> StoreError {
 
 impl ReceiptReader {
     /// Opens every path read-only. A database without a receipts table (not
-    /// written by eventd) has nothing to say and is left out; one that cannot
-    /// be read at all is an error naming it: starting without its receipts
-    /// would store its events a second time.
+    /// written by eventd) has nothing to say and is left out. So are, with
+    /// the reason returned beside the reader, a file eventd cannot trust
+    /// (another user's, or a symlink: its receipts could claim that events
+    /// of eventd's rings were stored, which would make eventd skip them) and
+    /// one that cannot be read (damaged: its events may be drained a second
+    /// time into a good file, which is better than collecting nothing).
     ///
     /// `trust_watermarks` is false after an unclean stop in an earlier boot
     /// (a power cut): each shard's WAL reached the disk on its own schedule,
     /// so one shard's watermark may count commits another shard lost.
-    pub fn open(paths: &[PathBuf], trust_watermarks: bool) -> Found<Self> {
+    pub fn open(paths: &[PathBuf], trust_watermarks: bool) -> (Self, Vec<(PathBuf, String)>) {
         let mut shards = Vec::new();
+        let mut left_out = Vec::new();
         for path in paths {
-            let conn = open_read_only(path).map_err(|e| unreadable(path, e))?;
-            let has_receipts: bool = conn
-                .query_row(
+            let meta = match std::fs::symlink_metadata(path) {
+                Ok(m) => m,
+                Err(e) => {
+                    left_out.push((path.clone(), e.to_string()));
+                    continue;
+                }
+            };
+            if let Some(why) = crate::access::files::untrusted(&meta) {
+                left_out.push((path.clone(), format!("not trusted: {why}")));
+                continue;
+            }
+            let opened = open_read_only(path).and_then(|conn| {
+                let has: bool = conn.query_row(
                     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'receipts'",
                     [],
                     |r| r.get::<_, i64>(0).map(|n| n > 0),
-                )
-                .map_err(|e| unreadable(path, e))?;
-            if has_receipts {
-                shards.push((path.clone(), conn));
+                )?;
+                Ok(has.then_some(conn))
+            });
+            match opened {
+                Ok(Some(conn)) => shards.push((path.clone(), conn)),
+                Ok(None) => {}
+                Err(e) => left_out.push((path.clone(), format!("cannot be read: {e}"))),
             }
         }
-        Ok(ReceiptReader {
+        let reader = ReceiptReader {
             shards,
             trust_watermarks,
-        })
+        };
+        (reader, left_out)
     }
 
-    /// The plan for ring epoch `epoch`.
-    pub fn plan(&mut self, epoch: u64) -> Found<RingPlan> {
+    /// The plan for ring epoch `epoch`. A database whose receipts cannot
+    /// be read now is left out from here on (named in the error list).
+    pub fn plan(&mut self, epoch: u64) -> (RingPlan, Vec<StoreError>) {
+        let mut failed = Vec::new();
+        let plan = loop {
+            match self.try_plan(epoch) {
+                Ok(plan) => break plan,
+                Err((i, e)) => {
+                    self.shards.remove(i);
+                    failed.push(e);
+                }
+            }
+        };
+        (plan, failed)
+    }
+
+    fn try_plan(&mut self, epoch: u64) -> Result<RingPlan, (usize, StoreError)> {
         let epoch = epoch as i64;
         let mut watermark = 0u64;
         if self.trust_watermarks {
-            for (path, conn) in &self.shards {
+            for (i, (path, conn)) in self.shards.iter().enumerate() {
                 let w = conn
                     .query_row(
                         "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1",
                         [epoch],
                         |r| r.get::<_, Option<i64>>(0),
                     )
-                    .map_err(|e| unreadable(path, e))?;
+                    .map_err(|e| (i, unreadable(path, e)))?;
                 watermark = watermark.max(w.unwrap_or(0) as u64);
             }
         }
@@ -123,9 +154,9 @@ impl ReceiptReader {
         })
     }
 
-    fn runs_from(&mut self, epoch: i64, from: u64) -> Found<Vec<Run>> {
+    fn runs_from(&mut self, epoch: i64, from: u64) -> Result<Vec<Run>, (usize, StoreError)> {
         let mut runs = Vec::new();
-        for (path, conn) in &self.shards {
+        for (i, (path, conn)) in self.shards.iter().enumerate() {
             let mut found = conn
                 .prepare_cached(
                     "SELECT first_seq, last_seq, position, next_seq FROM receipts \
@@ -142,7 +173,7 @@ impl ReceiptReader {
                     })?
                     .collect::<rusqlite::Result<Vec<Run>>>()
                 })
-                .map_err(|e| unreadable(path, e))?;
+                .map_err(|e| (i, unreadable(path, e)))?;
             runs.append(&mut found);
         }
         Ok(runs)

@@ -21,62 +21,99 @@ struct State {
     above: BTreeMap<u64, u64>,
 }
 
-/// Committed sequence ranges of one ring epoch, shared by its drain thread
-/// and the writers of every shard it routes to.
+impl State {
+    fn committed(&mut self, first: u64, last: u64) {
+        if last <= self.watermark {
+            return;
+        }
+        let first = first.max(self.watermark + 1);
+        let entry = self.above.entry(first).or_insert(last);
+        *entry = (*entry).max(last);
+        // Advance over every run that now touches the watermark.
+        while let Some((&f, &l)) = self.above.first_key_value() {
+            if f > self.watermark + 1 {
+                break;
+            }
+            self.above.remove(&f);
+            self.watermark = self.watermark.max(l);
+        }
+    }
+}
+
+/// Epochs one tracker keeps: the ring's current one and those it replaced
+/// recently, whose last items may still be on their way to a writer.
+const EPOCHS_KEPT: usize = 4;
+
+/// Committed sequence ranges of one ring (by epoch), shared by its drain
+/// thread and the writers of every shard it routes to. A ring the daemon
+/// replaces gets a new epoch ([`CommitTracker::begin_epoch`]); items of the
+/// old one still in flight are tracked under theirs.
 #[derive(Debug, Default)]
 pub struct CommitTracker {
-    state: Mutex<State>,
+    /// `(epoch, state)`, newest last; at most [`EPOCHS_KEPT`].
+    epochs: Mutex<Vec<(u64, State)>>,
 }
 
 impl CommitTracker {
-    /// A tracker for a ring whose sequences up to `watermark` and the runs
-    /// `above` are already committed (from recovery).
-    pub fn new(watermark: u64, above: &[(u64, u64)]) -> Self {
-        let tracker = CommitTracker {
-            state: Mutex::new(State {
-                watermark,
-                above: BTreeMap::new(),
-            }),
+    /// A tracker for ring epoch `epoch`, whose sequences up to `watermark`
+    /// and the runs `above` are already committed (from recovery).
+    pub fn new(epoch: u64, watermark: u64, above: &[(u64, u64)]) -> Self {
+        let mut state = State {
+            watermark,
+            above: BTreeMap::new(),
         };
         for &(first, last) in above {
-            tracker.committed(first, last);
+            state.committed(first, last);
         }
-        tracker
+        CommitTracker {
+            epochs: Mutex::new(vec![(epoch, state)]),
+        }
     }
 
-    /// Every sequence number at or below this is committed in some shard.
-    pub fn watermark(&self) -> u64 {
-        self.lock().watermark
-    }
-
-    /// Records that `first..=last` is committed.
-    pub fn committed(&self, first: u64, last: u64) {
-        let mut s = self.lock();
-        if last <= s.watermark {
+    /// The ring now has epoch `epoch`, with nothing committed yet.
+    pub fn begin_epoch(&self, epoch: u64) {
+        let mut epochs = self.lock();
+        if epochs.iter().any(|(e, _)| *e == epoch) {
             return;
         }
-        let first = first.max(s.watermark + 1);
-        let entry = s.above.entry(first).or_insert(last);
-        *entry = (*entry).max(last);
-        // Advance over every run that now touches the watermark.
-        while let Some((&f, &l)) = s.above.first_key_value() {
-            if f > s.watermark + 1 {
-                break;
-            }
-            s.above.remove(&f);
-            s.watermark = s.watermark.max(l);
+        if epochs.len() >= EPOCHS_KEPT {
+            epochs.remove(0);
         }
+        epochs.push((epoch, State::default()));
     }
 
-    /// Runs committed above the watermark (for `eventctl stats` and tests).
-    pub fn runs_above(&self) -> usize {
-        self.lock().above.len()
+    /// Every sequence number of `epoch` at or below this is committed in
+    /// some shard (0 for an epoch not tracked: that claims nothing).
+    pub fn watermark(&self, epoch: u64) -> u64 {
+        self.lock()
+            .iter()
+            .find(|(e, _)| *e == epoch)
+            .map_or(0, |(_, s)| s.watermark)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    /// Records that `first..=last` of `epoch` is committed.
+    pub fn committed(&self, epoch: u64, first: u64, last: u64) {
+        let mut epochs = self.lock();
+        if let Some((_, s)) = epochs.iter_mut().find(|(e, _)| *e == epoch) {
+            s.committed(first, last);
+        }
+        // An epoch no longer kept: its receipts claim no watermark, which
+        // is always safe.
+    }
+
+    /// Runs committed above the watermark of `epoch` (for `eventctl stats`
+    /// and tests).
+    pub fn runs_above(&self, epoch: u64) -> usize {
+        self.lock()
+            .iter()
+            .find(|(e, _)| *e == epoch)
+            .map_or(0, |(_, s)| s.above.len())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, State)>> {
         // A panic while holding this lock leaves the map consistent (each
         // step is a whole insert or remove), so a poisoned lock is usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -155,29 +192,48 @@ mod tests {
 
     #[test]
     fn watermark_waits_for_the_earlier_stripe() {
-        let t = CommitTracker::new(0, &[]);
-        t.committed(1, 10);
-        assert_eq!(t.watermark(), 10);
+        let t = CommitTracker::new(7, 0, &[]);
+        t.committed(7, 1, 10);
+        assert_eq!(t.watermark(7), 10);
         // Shard A commits stripe 21..30 before shard B commits 11..20.
-        t.committed(21, 30);
-        assert_eq!(t.watermark(), 10);
-        assert_eq!(t.runs_above(), 1);
-        t.committed(11, 20);
-        assert_eq!(t.watermark(), 30);
-        assert_eq!(t.runs_above(), 0);
+        t.committed(7, 21, 30);
+        assert_eq!(t.watermark(7), 10);
+        assert_eq!(t.runs_above(7), 1);
+        t.committed(7, 11, 20);
+        assert_eq!(t.watermark(7), 30);
+        assert_eq!(t.runs_above(7), 0);
         // Already-covered ranges change nothing.
-        t.committed(5, 8);
-        assert_eq!(t.watermark(), 30);
+        t.committed(7, 5, 8);
+        assert_eq!(t.watermark(7), 30);
     }
 
     #[test]
     fn recovered_runs_seed_the_tracker() {
-        let t = CommitTracker::new(100, &[(111, 120), (131, 140)]);
-        assert_eq!(t.watermark(), 100);
-        t.committed(101, 110);
-        assert_eq!(t.watermark(), 120);
-        t.committed(121, 130);
-        assert_eq!(t.watermark(), 140);
+        let t = CommitTracker::new(7, 100, &[(111, 120), (131, 140)]);
+        assert_eq!(t.watermark(7), 100);
+        t.committed(7, 101, 110);
+        assert_eq!(t.watermark(7), 120);
+        t.committed(7, 121, 130);
+        assert_eq!(t.watermark(7), 140);
+    }
+
+    #[test]
+    fn a_replaced_ring_starts_a_new_epoch_and_the_old_one_finishes() {
+        let t = CommitTracker::new(1, 50, &[]);
+        t.begin_epoch(2);
+        assert_eq!(t.watermark(2), 0);
+        // The old epoch's last items commit after the replacement.
+        t.committed(1, 51, 60);
+        t.committed(2, 1, 5);
+        assert_eq!((t.watermark(1), t.watermark(2)), (60, 5));
+        // Old epochs are forgotten beyond the few kept; unknown ones claim 0.
+        for e in 3..10 {
+            t.begin_epoch(e);
+        }
+        assert_eq!(t.watermark(1), 0);
+        t.committed(1, 61, 70);
+        assert_eq!(t.watermark(1), 0);
+        assert_eq!(t.watermark(9), 0);
     }
 
     #[test]

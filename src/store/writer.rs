@@ -14,6 +14,7 @@
 
 use super::control::{self, WriterControl};
 use super::handoff::{split_payload, Handoff, Kind};
+use super::health::StoreHealth;
 use super::tracker::CommitTracker;
 use super::StoreError;
 use crate::channel::{Receiver, TryRecvError};
@@ -39,6 +40,10 @@ pub struct WriterStats {
     pub batch_max: AtomicU64,
     pub commit_errors: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    /// The file the writer writes now (a new generation after damage).
+    pub path: Mutex<PathBuf>,
+    /// Files of this shard given up as damaged.
+    pub damaged_files: AtomicU64,
     /// Emit-to-commit latency of every event (µs) and items per commit.
     pub histograms: Mutex<WriterHistograms>,
 }
@@ -123,11 +128,25 @@ pub struct WriterShared {
     pub trackers: Arc<[CommitTracker]>,
     /// Set at shutdown: a failing commit is then given up after a few tries.
     pub stopping: Arc<AtomicBool>,
+    /// Writers whose last commit failed (each counts itself once, until a
+    /// commit succeeds): the syslog listener does not wait for room in its
+    /// ring while this is not zero.
+    pub failing: Arc<AtomicU64>,
+    /// Damaged files and the file each shard writes (see [`StoreHealth`]).
+    pub health: Arc<StoreHealth>,
+    /// Where new generations of a shard are made, and their mode.
+    pub store_dir: PathBuf,
+    pub mode: crate::access::Mode,
 }
 
 pub struct ShardWriter {
+    /// Shard index (its files are `shard-NNN[-gG].db`).
+    index: usize,
     path: PathBuf,
     conn: Connection,
+    /// The file's identity and the least length it may have now (see
+    /// `check_file`).
+    file: FileWatch,
     rx: Receiver<Handoff>,
     shared: WriterShared,
     stats: Arc<WriterStats>,
@@ -152,9 +171,119 @@ const SHUTDOWN_ATTEMPTS: u32 = 5;
 const LINGER_BELOW_ITEMS: usize = 1024;
 const LINGER: Duration = Duration::from_millis(1);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+/// New files one batch may move on to (each after its commit found the
+/// file damaged); beyond, the batch is retried as a failing commit.
+const MOVES_PER_BATCH_MAX: u32 = 3;
+
+/// What a writer knows of its file, to notice it removed, replaced or cut.
+struct FileWatch {
+    identity: Option<(u64, u64)>,
+    /// When the file was last looked at.
+    checked: std::time::Instant,
+}
+
+/// A writer looks at its file at most this often (a `stat` and a read of
+/// the 100-byte header through SQLite's own descriptor, a few µs).
+const FILE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+impl FileWatch {
+    fn of(path: &std::path::Path) -> FileWatch {
+        use std::os::unix::fs::MetadataExt;
+        FileWatch {
+            identity: std::fs::symlink_metadata(path)
+                .ok()
+                .map(|m| (m.dev(), m.ino())),
+            checked: std::time::Instant::now(),
+        }
+    }
+
+    /// What happened to the file, if anything that means damage: removed,
+    /// replaced, or shorter than its header's page count (a truncation; the
+    /// writer's own checkpoints and vacuums keep the file at least that
+    /// long, and they run on this thread, never during this check).
+    fn changed(&mut self, conn: &Connection, path: &std::path::Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        if self.checked.elapsed() < FILE_CHECK_INTERVAL {
+            return None;
+        }
+        self.checked = std::time::Instant::now();
+        let identity = self.identity?;
+        let m = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("the file is gone ({e})")),
+        };
+        if (m.dev(), m.ino()) != identity {
+            return Some("another file was put at its name".to_string());
+        }
+        let (len, header) = read_header(conn)?;
+        if len < 100 {
+            return Some(format!("the file was cut to {len} bytes"));
+        }
+        if &header[..16] != b"SQLite format 3\0" {
+            return Some("its header is no longer a database header".to_string());
+        }
+        let page = match u16::from_be_bytes([header[16], header[17]]) {
+            1 => 65536,
+            n => u64::from(n),
+        };
+        let pages = u64::from(u32::from_be_bytes([
+            header[28], header[29], header[30], header[31],
+        ]));
+        // The page count is valid when the "version valid for" word equals
+        // the change counter (SQLite's rule).
+        let valid = header[92..96] == header[24..28];
+        if valid && len < pages.saturating_mul(page) {
+            return Some(format!(
+                "the file was cut to {len} bytes; its header counts {pages} pages of {page} bytes"
+            ));
+        }
+        None
+    }
+}
+
+/// The main database file's length and first 100 bytes, read through the
+/// connection's own file handle: opening and closing another descriptor on
+/// the file would drop the POSIX locks SQLite holds on it. `None` if SQLite
+/// does not give the handle.
+fn read_header(conn: &Connection) -> Option<(u64, [u8; 100])> {
+    use rusqlite::ffi;
+    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+    // SAFETY: the connection's handle is valid while `conn` lives (the
+    // writer's thread is the only user); FILE_POINTER writes one pointer
+    // into `file`.
+    let rc = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_FILE_POINTER,
+            (&mut file as *mut *mut ffi::sqlite3_file).cast(),
+        )
+    };
+    if rc != ffi::SQLITE_OK || file.is_null() {
+        return None;
+    }
+    // SAFETY: `file` is the open main database file SQLite just handed us;
+    // its methods table is set for an open file.
+    let methods = unsafe { (*file).pMethods.as_ref()? };
+    let mut len: ffi::sqlite3_int64 = 0;
+    // SAFETY: xFileSize of an open file, writing one integer.
+    if unsafe { methods.xFileSize?(file, &mut len) } != ffi::SQLITE_OK {
+        return None;
+    }
+    let mut header = [0u8; 100];
+    if len >= 100 {
+        // SAFETY: xRead of 100 bytes at offset 0 into a 100-byte buffer.
+        let rc = unsafe { methods.xRead?(file, header.as_mut_ptr().cast(), 100, 0) };
+        if rc != ffi::SQLITE_OK {
+            return None;
+        }
+    }
+    Some((len.max(0) as u64, header))
+}
 
 impl ShardWriter {
     pub fn new(
+        index: usize,
         path: PathBuf,
         conn: Connection,
         rx: Receiver<Handoff>,
@@ -168,7 +297,10 @@ impl ShardWriter {
         // every 32 events, which would wake the drains dozens of times per
         // commit.
         rx.set_release_every(rx.capacity().slots);
+        *stats.path.lock().unwrap_or_else(|p| p.into_inner()) = path.clone();
         ShardWriter {
+            index,
+            file: FileWatch::of(&path),
             path,
             conn,
             rx,
@@ -221,7 +353,62 @@ impl ShardWriter {
             // commit (one uncontended lock), since a channel kept full by
             // the drains may not have had room for its wakeup item.
             self.serve_control();
+            self.check_file();
         }
+        Ok(())
+    }
+
+    /// After a commit: is the file still whole and ours? A reader that
+    /// found it corrupt, or the file removed, replaced or cut shorter than
+    /// its header says, all mean later commits would be lost to queries:
+    /// the writer moves on to a new file.
+    fn check_file(&mut self) {
+        let why = match self.shared.health.take_suspect(&self.path) {
+            Some(why) => Some(format!("a query found it corrupt: {why}")),
+            None => self.file.changed(&self.conn, &self.path),
+        };
+        if let Some(why) = why {
+            if let Err(e) = self.move_on(&why) {
+                tracing::error!(
+                    shard = %self.path.display(),
+                    damage = %why,
+                    error = %e,
+                    "shard file damaged and no new file can be made; writing on to it"
+                );
+            }
+        }
+    }
+
+    /// Gives the current file up as damaged (`why`) and goes on in the
+    /// shard's next generation. The damaged file is left as it is: not even
+    /// the checkpoint a close makes is written into it.
+    fn move_on(&mut self, why: &str) -> Result<(), StoreError> {
+        let next = super::next_shard_path(&self.shared.store_dir, self.index);
+        let conn = super::open_shard_with(&next, self.shared.mode)?;
+        let _ = self.conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        );
+        drop(std::mem::replace(&mut self.conn, conn));
+        let old = std::mem::replace(&mut self.path, next.clone());
+        self.file = FileWatch::of(&self.path);
+        *self.stats.path.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        self.stats.damaged_files.fetch_add(1, Ordering::Relaxed);
+        tracing::error!(
+            shard = %old.display(),
+            damage = %why,
+            new_file = %next.display(),
+            "shard file damaged: left as it is; this shard's events go to a new file"
+        );
+        self.shared.health.mark_damaged(
+            super::Damaged {
+                path: old,
+                reason: why.to_string(),
+                found_at: crate::rings::now_ns(),
+                replaced_by: Some(next),
+            },
+            Some(self.index),
+        );
         Ok(())
     }
 
@@ -238,10 +425,32 @@ impl ShardWriter {
     fn commit_with_retry(&mut self) -> Result<(), StoreError> {
         let mut delay = Duration::from_millis(10);
         let mut attempts = 0;
+        let mut moves = 0;
+        let started = std::time::Instant::now();
         loop {
             match self.commit() {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    if attempts > 0 {
+                        self.recovered(attempts, started.elapsed());
+                    }
+                    return Ok(());
+                }
+                Err(source) if super::is_damage(&source) && moves < MOVES_PER_BATCH_MAX => {
+                    // The file is damaged: the same batch goes into a new
+                    // one, at once.
+                    moves += 1;
+                    let why = format!("a commit found it damaged: {source}");
+                    if self.move_on(&why).is_err() {
+                        // No new file either (a full disk): retried below
+                        // as any failing commit.
+                        moves = MOVES_PER_BATCH_MAX;
+                    }
+                }
                 Err(source) => {
+                    if attempts == 0 {
+                        // Relaxed: a hint for the syslog listener.
+                        self.shared.failing.fetch_add(1, Ordering::Relaxed);
+                    }
                     attempts += 1;
                     self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
                     let message = format!(
@@ -256,6 +465,7 @@ impl ShardWriter {
                         .unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
                     if self.shared.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS
                     {
+                        self.shared.failing.fetch_sub(1, Ordering::Relaxed);
                         return Err(StoreError::Commit {
                             path: self.path.clone(),
                             items: self.batch.len(),
@@ -277,6 +487,23 @@ impl ShardWriter {
                 }
             }
         }
+    }
+
+    /// A commit succeeded after `attempts` failed ones: says so, clears the
+    /// error shown in `stats`, and stops counting this writer as failing.
+    fn recovered(&mut self, attempts: u32, took: Duration) {
+        self.shared.failing.fetch_sub(1, Ordering::Relaxed);
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        tracing::warn!(
+            shard = %self.path.display(),
+            failed_attempts = attempts,
+            after = ?took,
+            "commits succeed again"
+        );
     }
 
     /// One transaction: events, gaps, receipts. On success, tells the ring
@@ -326,12 +553,13 @@ impl ShardWriter {
                         // A gap, or (never from our drain) an event whose
                         // payload does not split: stored as a corrupt gap so
                         // the sequence number stays accounted for.
-                        let reason = match kind {
-                            Kind::Gap(reason) => reason,
+                        let (reason, count) = match kind {
+                            Kind::Gap(reason) => (reason, h.lost),
                             // Control items never enter a batch (`accept`).
-                            Kind::Event | Kind::Control => LossReason::Corrupt,
+                            Kind::Event | Kind::Control => {
+                                (LossReason::Corrupt, h.last_seq - h.first_seq + 1)
+                            }
                         };
-                        let count = h.last_seq - h.first_seq + 1;
                         insert_gap.execute(params![
                             h.ring_epoch as i64,
                             h.cpu,
@@ -355,7 +583,7 @@ impl ShardWriter {
             for run in &self.runs {
                 // The watermark only covers commits that already returned,
                 // so storing it here never claims more than is durable.
-                let through = self.shared.trackers[run.ring as usize].watermark();
+                let through = self.shared.trackers[run.ring as usize].watermark(run.epoch);
                 insert_receipt.execute(params![
                     run.epoch as i64,
                     run.cpu,
@@ -371,7 +599,7 @@ impl ShardWriter {
         tx.commit()?;
         self.record_commit(started.elapsed());
         for run in &self.runs {
-            self.shared.trackers[run.ring as usize].committed(run.first, run.last);
+            self.shared.trackers[run.ring as usize].committed(run.epoch, run.first, run.last);
         }
         let s = &self.stats;
         s.events.fetch_add(events, Ordering::Relaxed);
@@ -514,12 +742,16 @@ mod tests {
         .unwrap();
         let shared = WriterShared {
             max_batch: Arc::new(AtomicU64::new(4096)),
-            trackers: (0..2).map(|_| CommitTracker::new(0, &[])).collect(),
+            trackers: (0..2).map(|_| CommitTracker::new(7, 0, &[])).collect(),
             stopping: Arc::new(AtomicBool::new(false)),
+            failing: Arc::new(AtomicU64::new(0)),
+            health: Arc::new(StoreHealth::default()),
+            store_dir: dir.path().to_path_buf(),
+            mode: crate::access::Mode::PRIVATE,
         };
         let control = Arc::new(WriterControl::default());
         let stats = Arc::new(WriterStats::default());
-        let writer = ShardWriter::new(path, conn, rx, shared, stats, control.clone());
+        let writer = ShardWriter::new(0, path, conn, rx, shared, stats, control.clone());
         let writer = std::thread::spawn(move || writer.run());
         // Two drains, one per ring, that refill the channel the moment the
         // writer gives room back (items of one lost sequence number each).

@@ -11,12 +11,18 @@
 //!   `RUN_DIR/syslog-stream.sock`) takes long messages, octet-counted or one
 //!   per line ([`stream`]).
 //!
-//! Every message becomes an event in the ring of the CPU that received it
-//! ([`record`]), so it gets a sequence number, a receipt, gap accounting and
-//! crash recovery like every other event. A receiver waits while that ring
-//! is nearly full rather than let it overwrite what it received; the kernel
-//! holds later messages meanwhile and blocking senders wait, as they do for
-//! journald or rsyslog. Malformed messages are stored with their problems
+//! Every message becomes an event in eventd's own syslog ring
+//! (`KMES_DIR/syslog.ring`, mode 0600: no producer can open it, so nobody
+//! else can overwrite or read a message there) ([`record`]), so it gets a
+//! sequence number, a receipt, gap accounting and crash recovery like every
+//! other event. A receiver waits while that ring is nearly full rather than
+//! let it overwrite what it received; the kernel holds later messages
+//! meanwhile and blocking senders wait, as they do for journald or rsyslog.
+//! It waits only while the store commits, and for at most a couple of
+//! seconds: when the store cannot take events (a full disk), messages that
+//! do not fit are dropped, counted, and recorded as one `dropped` gap once
+//! the ring has room again, so senders are never held for as long as the
+//! disk stays full. Malformed messages are stored with their problems
 //! and raw bytes; empty ones are counted as rejected. Nothing a sender
 //! writes stops a listener.
 
@@ -26,7 +32,7 @@ pub mod recvmmsg;
 pub mod stream;
 pub mod uring;
 
-use crate::rings::Ring;
+pub use record::{DropReport, Drops, IngestParts};
 use record::{Ingest, Transport};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -71,6 +77,10 @@ pub struct SyslogStats {
     pub rejected_stopping: AtomicU64,
     /// The ring refused the event (contended, or lapped mid-write).
     pub emit_failures: AtomicU64,
+    /// Received and not kept: the syslog ring stayed full (the store could
+    /// not commit) or refused the event. Recorded as a `dropped` gap when
+    /// the ring has room again.
+    pub dropped: AtomicU64,
     /// Times a receiver waited for the drain to make room in its ring.
     pub ring_waits: AtomicU64,
     /// Receive system calls that returned messages (io_uring_enter or
@@ -233,7 +243,7 @@ impl SyslogListener {
     /// Binds the sockets and starts the receivers.
     pub fn start(
         config: &SyslogConfig,
-        rings: &[Arc<Ring>],
+        parts: IngestParts,
         stats: Arc<SyslogStats>,
     ) -> Result<SyslogListener, SyslogError> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -247,9 +257,7 @@ impl SyslogListener {
             stream: None,
             stream_fd: None,
         };
-        let Some(ingest) = Ingest::new(rings, stats.clone(), stop.clone()) else {
-            return Ok(listener);
-        };
+        let ingest = Ingest::new(parts, stats.clone(), stop.clone());
         if let Some(path) = &config.datagram {
             let err = |source| SyslogError::Socket {
                 path: path.clone(),

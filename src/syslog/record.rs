@@ -11,11 +11,11 @@
 
 use super::parse::{self, Parsed};
 use super::SyslogStats;
-use crate::rings::{EmitError, Event, Level, Ring};
+use crate::rings::{CurrentRing, EmitError, Event, Level, Ring};
 use base64::Engine;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,24 +143,30 @@ impl Serialize for Sd<'_, '_> {
 }
 
 /// Turns received messages into events and emits them. One per receiving
-/// thread (it keeps a scratch buffer).
+/// thread (it keeps a scratch buffer and the ring it last used).
 pub struct Ingest {
-    /// Indexed by logical CPU id.
-    rings_by_cpu: Vec<Option<Arc<Ring>>>,
-    /// For a CPU without an attached ring.
-    fallback: Arc<Ring>,
+    /// eventd's own syslog ring, which no producer can open.
+    ring: Arc<CurrentRing>,
+    /// The ring as this thread last took it, with its generation.
+    cached: (u64, Arc<Ring>),
     stats: Arc<SyslogStats>,
     stop: Arc<AtomicBool>,
+    /// Shard writers failing their commits now (a full store disk): while
+    /// any is, a receiver does not wait for room in the ring.
+    store_failing: Arc<AtomicU64>,
+    drops: Arc<Drops>,
     fields: Vec<u8>,
 }
 
 impl Clone for Ingest {
     fn clone(&self) -> Self {
         Ingest {
-            rings_by_cpu: self.rings_by_cpu.clone(),
-            fallback: self.fallback.clone(),
+            ring: self.ring.clone(),
+            cached: self.ring.cached(),
             stats: self.stats.clone(),
             stop: self.stop.clone(),
+            store_failing: self.store_failing.clone(),
+            drops: self.drops.clone(),
             fields: Vec::new(),
         }
     }
@@ -169,37 +175,30 @@ impl Clone for Ingest {
 /// How long a receiver waits for the drain to make room before it looks
 /// at the ring again.
 const ROOM_WAIT: Duration = Duration::from_micros(200);
+/// The longest a receiver waits for room for one message while the store
+/// commits: the drain normally makes room at once, so this is only reached
+/// when it cannot (then the message is dropped and counted, and blocking
+/// senders are not held for as long as the trouble lasts).
+const ROOM_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// What the listeners share besides their statistics.
+pub struct IngestParts {
+    pub ring: Arc<CurrentRing>,
+    pub store_failing: Arc<AtomicU64>,
+    pub drops: Arc<Drops>,
+}
 
 impl Ingest {
-    /// `rings` are the attached rings (at least one).
-    pub fn new(
-        rings: &[Arc<Ring>],
-        stats: Arc<SyslogStats>,
-        stop: Arc<AtomicBool>,
-    ) -> Option<Self> {
-        let fallback = rings.first()?.clone();
-        let top = rings.iter().map(|r| r.cpu() as usize).max()?;
-        let mut rings_by_cpu = vec![None; top + 1];
-        for r in rings {
-            rings_by_cpu[r.cpu() as usize] = Some(r.clone());
-        }
-        Some(Ingest {
-            rings_by_cpu,
-            fallback,
+    pub fn new(parts: IngestParts, stats: Arc<SyslogStats>, stop: Arc<AtomicBool>) -> Self {
+        Ingest {
+            cached: parts.ring.cached(),
+            ring: parts.ring,
             stats,
             stop,
+            store_failing: parts.store_failing,
+            drops: parts.drops,
             fields: Vec::with_capacity(4096),
-        })
-    }
-
-    /// The ring of the CPU this thread runs on.
-    fn ring(&self) -> Arc<Ring> {
-        // SAFETY: sched_getcpu has no preconditions.
-        let cpu = unsafe { libc::sched_getcpu() };
-        usize::try_from(cpu)
-            .ok()
-            .and_then(|c| self.rings_by_cpu.get(c).cloned().flatten())
-            .unwrap_or_else(|| self.fallback.clone())
+        }
     }
 
     /// Stores one received message. `received_len` is its length as sent
@@ -224,7 +223,7 @@ impl Ingest {
             return;
         }
         let parsed = parse::parse(bytes);
-        let ring = self.ring();
+        let ring = self.ring.refresh(&mut self.cached).clone();
         let max = ring.geometry().payload_bytes_max();
         let cut = received_len > bytes.len();
         let event = build(
@@ -246,24 +245,44 @@ impl Ingest {
         if cut || event.message.len() < parsed.message.len() {
             s.truncated.fetch_add(1, Ordering::Relaxed);
         }
-        self.emit(&ring, &event.as_event(&self.fields));
+        let event = event.as_event(&self.fields);
+        if self.room(&ring) {
+            self.emit(&ring, &event);
+        } else {
+            self.drop(&event);
+        }
     }
 
-    /// Emits `event`, waiting while the ring is nearly full: a receiver can
-    /// wait (the kernel then holds the messages, and blocking senders
-    /// wait), so nothing it received is overwritten before it is drained.
-    fn emit(&self, ring: &Ring, event: &Event<'_>) {
-        let s = &self.stats;
+    /// Whether the ring has room for a message without overwriting what the
+    /// drain has not read. While it has not, the receiver waits (the kernel
+    /// holds later messages, and blocking senders wait, as they do for
+    /// journald or rsyslog) — but only while the store commits, and at most
+    /// [`ROOM_WAIT_MAX`]: a store that cannot commit (a full disk) must not
+    /// hold every sender on the host.
+    fn room(&self, ring: &Ring) -> bool {
         let pages = ring.geometry().page_count as u64;
         let headroom = (pages / 8).max(2);
-        let mut waited = false;
-        while ring.backlog_pages() + headroom >= pages && !self.stop.load(Ordering::Relaxed) {
-            waited = true;
+        let full = || ring.backlog_pages() + headroom >= pages;
+        if !full() {
+            return true;
+        }
+        self.stats.ring_waits.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        // Relaxed: a hint; a writer's failure is seen within a wait step.
+        while self.store_failing.load(Ordering::Relaxed) == 0
+            && started.elapsed() < ROOM_WAIT_MAX
+            && !self.stop.load(Ordering::Relaxed)
+        {
             std::thread::sleep(ROOM_WAIT);
+            if !full() {
+                return true;
+            }
         }
-        if waited {
-            s.ring_waits.fetch_add(1, Ordering::Relaxed);
-        }
+        false
+    }
+
+    fn emit(&self, ring: &Ring, event: &Event<'_>) {
+        let s = &self.stats;
         for _ in 0..3 {
             match ring.emit(event) {
                 Ok(()) => {
@@ -271,10 +290,140 @@ impl Ingest {
                     return;
                 }
                 Err(EmitError::Busy) => continue,
-                Err(EmitError::Overwritten | EmitError::Encode(_)) => break,
+                Err(EmitError::Overwritten | EmitError::Encode(_) | EmitError::Gone) => break,
             }
         }
         s.emit_failures.fetch_add(1, Ordering::Relaxed);
+        self.drop(event);
+    }
+
+    /// A message that could not be kept: counted, and reported into the
+    /// ring (as one `dropped` gap) once it has room again.
+    fn drop(&self, event: &Event<'_>) {
+        self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        self.drops.add(event.ts_ns);
+    }
+}
+
+/// Messages the listeners received and could not put into the syslog ring,
+/// since the last report of them. The syslog drain writes the report into
+/// the ring when it is idle (so the ring has room): one event that the
+/// drain turns into a `dropped` gap whose `lost` is their number.
+#[derive(Debug)]
+pub struct Drops {
+    count: AtomicU64,
+    /// Time of the first message dropped since the last report
+    /// (`i64::MAX`: none).
+    since_ns: AtomicI64,
+    /// When a drop was last logged (ms, `sync` clock).
+    logged_ms: AtomicU64,
+    /// Reports written, and messages they counted.
+    pub reports: AtomicU64,
+    pub reported: AtomicU64,
+}
+
+impl Default for Drops {
+    fn default() -> Self {
+        Drops {
+            count: AtomicU64::new(0),
+            since_ns: AtomicI64::new(i64::MAX),
+            logged_ms: AtomicU64::new(0),
+            reports: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Drops are logged at most this often.
+const DROP_LOG_INTERVAL_MS: u64 = 10_000;
+/// The provider and name of a report of dropped messages.
+const DROP_PROVIDER: &str = "eventd";
+const DROP_NAME: &str = "syslog.dropped";
+
+impl Drops {
+    /// Counts one message dropped at `ts_ns`.
+    pub fn add(&self, ts_ns: i64) {
+        // Relaxed: counters; the report takes them with a swap.
+        let before = self.count.fetch_add(1, Ordering::Relaxed);
+        self.since_ns.fetch_min(ts_ns, Ordering::Relaxed);
+        let now = crate::sync::monotonic_ms();
+        let last = self.logged_ms.load(Ordering::Relaxed);
+        if (before == 0 || now.saturating_sub(last) >= DROP_LOG_INTERVAL_MS)
+            && self
+                .logged_ms
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::error!(
+                dropped_pending = before + 1,
+                "syslog messages dropped: the syslog ring is full and the store cannot take \
+                 them (a full disk?); they are counted and recorded as a gap when it can"
+            );
+        }
+    }
+
+    /// Messages dropped and not reported yet.
+    pub fn pending(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Writes the report of the messages dropped since the last one into
+    /// `ring`, if there are any; put back if the ring refuses it.
+    pub fn report_into(&self, ring: &Ring) {
+        let count = self.count.swap(0, Ordering::Relaxed);
+        if count == 0 {
+            return;
+        }
+        let since = self.since_ns.swap(i64::MAX, Ordering::Relaxed);
+        let fields = serde_json::json!({ "dropped": count, "since_ns": since }).to_string();
+        let message =
+            format!("{count} syslog messages dropped: the store could not take them in time");
+        let event = Event {
+            ts_ns: crate::rings::now_ns(),
+            pid: std::process::id(),
+            tid: 0,
+            uid: crate::access::own_uid(),
+            level: Level::Warning,
+            provider: DROP_PROVIDER,
+            name: DROP_NAME,
+            message: &message,
+            fields: &fields,
+        };
+        match ring.emit(&event) {
+            Ok(()) => {
+                self.reports.fetch_add(1, Ordering::Relaxed);
+                self.reported.fetch_add(count, Ordering::Relaxed);
+                tracing::warn!(
+                    dropped = count,
+                    "syslog messages dropped while the store could not take them; recorded as a gap"
+                );
+            }
+            Err(_) => {
+                self.count.fetch_add(count, Ordering::Relaxed);
+                self.since_ns.fetch_min(since, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// A report of dropped messages, read back from the syslog ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropReport {
+    pub count: u64,
+    pub since_ns: i64,
+}
+
+impl DropReport {
+    /// The report `event` is, if it is one (written by [`Drops`]).
+    pub fn parse(event: &Event<'_>) -> Option<DropReport> {
+        if event.provider != DROP_PROVIDER || event.name != DROP_NAME {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(event.fields).ok()?;
+        Some(DropReport {
+            count: v.get("dropped")?.as_u64()?,
+            since_ns: v.get("since_ns")?.as_i64()?,
+        })
     }
 }
 

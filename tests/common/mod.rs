@@ -240,14 +240,27 @@ pub fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// Makes `cmd` run as uid and gid 65534 (nobody): a peer the query server
-/// must refuse. Only root can switch; callers check `geteuid() == 0`.
+/// Makes `cmd` run as uid and gid 65534 (nobody), with no supplementary
+/// groups: a local user eventd grants nothing. Only root can switch;
+/// callers check `geteuid() == 0`.
 pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    as_user(cmd, 65534, &[])
+}
+
+/// Makes `cmd` run as `uid` (primary group `uid` too) with exactly the
+/// supplementary `groups`: a member of those groups and nothing else,
+/// whatever /etc/group says. Root only.
+pub fn as_user<'c>(cmd: &'c mut Command, uid: u32, groups: &[u32]) -> &'c mut Command {
     use std::os::unix::process::CommandExt;
-    // SAFETY: setgid/setuid in the child before exec only.
+    let groups = groups.to_vec();
+    // SAFETY: setgroups/setgid/setuid in the child before exec only; the
+    // vector was allocated before the fork.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+        cmd.pre_exec(move || {
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

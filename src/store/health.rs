@@ -1,0 +1,150 @@
+//! Which shard files are damaged, and which file each active shard writes
+//! now: shared by the writers (which find damage on commit, or are told of
+//! it), the query server (which finds it on read, and warns every query of
+//! it), the retention coordinator (which must never write a damaged file,
+//! nor take an active shard's new file for a historical one) and `stats`.
+//!
+//! A damaged file is left in place, byte for byte (R12: never overwritten);
+//! its shard's writer moves on to a fresh file, the next generation
+//! (`shard-NNN-gG.db`), so collection goes on without loss.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// A shard file found damaged.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Damaged {
+    pub path: PathBuf,
+    pub reason: String,
+    /// When it was found (ns since the Unix epoch).
+    pub found_at: i64,
+    /// The file its shard writes instead, if it was an active shard's.
+    pub replaced_by: Option<PathBuf>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The file each active shard writes now, by shard index.
+    active: Vec<PathBuf>,
+    damaged: Vec<Damaged>,
+    /// Files a reader found corrupt, for their writers to act on.
+    suspects: Vec<(PathBuf, String)>,
+}
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct StoreHealth {
+    state: Mutex<State>,
+    /// Set while `suspects` is not empty: writers look at it after every
+    /// commit, without the lock.
+    suspected: AtomicBool,
+}
+
+/// At most this many damaged files are remembered (the oldest reports go
+/// first; the files stay on disk and are reported again at the next start).
+const DAMAGED_MAX: usize = 1024;
+
+impl StoreHealth {
+    pub fn new(active: Vec<PathBuf>) -> Self {
+        StoreHealth {
+            state: Mutex::new(State {
+                active,
+                ..State::default()
+            }),
+            suspected: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every change under the lock is a whole push, removal or
+        // assignment: a poisoned lock still holds consistent lists.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The file active shard `index` writes now.
+    pub fn active(&self, index: usize) -> Option<PathBuf> {
+        self.lock().active.get(index).cloned()
+    }
+
+    /// Every active shard's file now.
+    pub fn actives(&self) -> Vec<PathBuf> {
+        self.lock().active.clone()
+    }
+
+    /// Records a damaged file (and, for an active shard, the file it writes
+    /// from now on).
+    pub fn mark_damaged(&self, damaged: Damaged, shard: Option<usize>) {
+        let mut s = self.lock();
+        if let (Some(j), Some(next)) = (shard, &damaged.replaced_by) {
+            if let Some(slot) = s.active.get_mut(j) {
+                *slot = next.clone();
+            }
+        }
+        s.suspects.retain(|(p, _)| p != &damaged.path);
+        self.suspected
+            .store(!s.suspects.is_empty(), Ordering::Relaxed);
+        if !s.damaged.iter().any(|d| d.path == damaged.path) {
+            if s.damaged.len() >= DAMAGED_MAX {
+                s.damaged.remove(0);
+            }
+            s.damaged.push(damaged);
+        }
+    }
+
+    /// The damaged files known now.
+    pub fn damaged(&self) -> Vec<Damaged> {
+        self.lock().damaged.clone()
+    }
+
+    /// Whether `path` is known damaged.
+    pub fn is_damaged(&self, path: &Path) -> bool {
+        self.lock().damaged.iter().any(|d| d.path == path)
+    }
+
+    /// A reader found `path` corrupt (`why`): if it is an active shard's
+    /// file, its writer stops writing it after its next commit.
+    pub fn report_corrupt(&self, path: &Path, why: &str) {
+        let mut s = self.lock();
+        if s.damaged.iter().any(|d| d.path == path) || s.suspects.iter().any(|(p, _)| p == path) {
+            return;
+        }
+        if !s.active.iter().any(|p| p == path) {
+            // A historical file: no writer to tell; known damaged at once.
+            tracing::error!(
+                database = %path.display(),
+                damage = %why,
+                "shard file damaged (found by a query); left as it is"
+            );
+            if s.damaged.len() >= DAMAGED_MAX {
+                s.damaged.remove(0);
+            }
+            s.damaged.push(Damaged {
+                path: path.to_path_buf(),
+                reason: format!("a query found it corrupt: {why}"),
+                found_at: crate::rings::now_ns(),
+                replaced_by: None,
+            });
+            return;
+        }
+        if s.suspects.len() < DAMAGED_MAX {
+            s.suspects.push((path.to_path_buf(), why.to_string()));
+        }
+        // Relaxed: the writer takes the list under the lock; the flag only
+        // spares it the lock while there is nothing.
+        self.suspected.store(true, Ordering::Relaxed);
+    }
+
+    /// Why a reader found `path` corrupt, if it did (taken: asked once).
+    pub fn take_suspect(&self, path: &Path) -> Option<String> {
+        if !self.suspected.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut s = self.lock();
+        let at = s.suspects.iter().position(|(p, _)| p == path)?;
+        let (_, why) = s.suspects.remove(at);
+        self.suspected
+            .store(!s.suspects.is_empty(), Ordering::Relaxed);
+        Some(why)
+    }
+}
