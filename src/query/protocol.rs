@@ -6,9 +6,10 @@
 //! ```text
 //! → {"op":"query","filter":{"since_ns":..,"level":3,"order":"newest_first","limit":100},"follow":false}
 //! ← {"event":{"ts":..,"cpu":0,"seq":17,...}}      one per event, in order
-//! ← {"gap":{"cpu":0,"from_seq":..,"lost":12,...}}  gaps meeting the window
+//! ← {"gap":{"cpu":0,"from_seq":..,"lost":12,...}}  gaps meeting the window, after the events
 //! ← {"warning":"shard-007.db: not read: ..."}      a shard that did not answer
-//! ← {"end":{"count":100,"cursor":"<token>"}}       the cursor continues the listing
+//! ← {"end":{"count":100,"cursor":"<token>","gaps":3,"gap_cursor":"<token>"}}
+//!                                                  each cursor continues its listing
 //!
 //! → {"op":"stats"} | {"op":"shards"} | {"op":"config"} | {"op":"metrics"}
 //! ← {"stats":{...}} | {"shards":[...]} | {"config":{...}} | {"metrics":"<Prometheus text>"}
