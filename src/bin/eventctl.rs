@@ -4,7 +4,9 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use eventd::config::{ConfigFile, Settings, DATA_DIR_DEFAULT};
 use eventd::query::render::{Output, Renderer};
-use eventd::query::{Cursor, EventRow, FanOut, Filter, GapCursor, GapRow, Order, PageCursor, Request};
+use eventd::query::{
+    Cursor, EventRow, FanOut, Filter, GapCursor, GapRow, Order, PageCursor, Request,
+};
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
 use std::io::{BufRead, IsTerminal};
@@ -169,7 +171,9 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
         fields.push((k.to_string(), v.to_string()));
     }
     let page = match &q.cursor {
-        Some(t) => PageCursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?,
+        Some(t) => {
+            PageCursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?
+        }
         None => PageCursor::default(),
     };
     Ok(Filter {

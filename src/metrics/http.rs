@@ -301,8 +301,16 @@ fn answer(mut stream: TcpStream, head: Head, render: &Render) -> std::io::Result
     stream.set_nonblocking(false)?;
     let (content_type, body, allow) = match head.status {
         200 => (CONTENT_TYPE, render(), None),
-        404 => ("text/plain", "eventd serves /metrics only\n".to_string(), None),
-        405 => ("text/plain", "GET /metrics only\n".to_string(), Some("GET, HEAD")),
+        404 => (
+            "text/plain",
+            "eventd serves /metrics only\n".to_string(),
+            None,
+        ),
+        405 => (
+            "text/plain",
+            "GET /metrics only\n".to_string(),
+            Some("GET, HEAD"),
+        ),
         431 => ("text/plain", "request head too long\n".to_string(), None),
         _ => ("text/plain", "bad request\n".to_string(), None),
     };
@@ -347,7 +355,10 @@ fn reason(status: u16) -> &'static str {
 /// Where the head ends in `bytes` (after `\r\n\r\n`, or `\n\n` from a
 /// lenient client), if it does.
 fn head_end(bytes: &[u8]) -> Option<usize> {
-    let crlf = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let crlf = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
     let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
     match (crlf, lf) {
         (Some(a), Some(b)) => Some(a.min(b)),

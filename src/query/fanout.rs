@@ -511,7 +511,12 @@ impl FanOut {
         let after;
         let keyset = match &s.gaps.last {
             Some(g) => {
-                after = [g.detected_at, i64::from(g.cpu), g.from_seq as i64, g.ring_epoch];
+                after = [
+                    g.detected_at,
+                    i64::from(g.cpu),
+                    g.from_seq as i64,
+                    g.ring_epoch,
+                ];
                 for v in &after {
                     params.push(v);
                 }
@@ -614,8 +619,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut want = Vec::new();
         for shard in 0..3i64 {
-            let conn = crate::store::open_shard(&dir.path().join(format!("shard-00{shard}.db")))
-                .unwrap();
+            let conn =
+                crate::store::open_shard(&dir.path().join(format!("shard-00{shard}.db"))).unwrap();
             for k in 0..40i64 {
                 // Equal detection times across shards and cpus: the rest of
                 // the key decides.

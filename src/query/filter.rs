@@ -73,7 +73,8 @@ impl GapCursor {
 
 /// What `eventctl` prints as `--cursor TOKEN`: where a page's events and
 /// its gaps ended. The token is `EVENTS:GAPS`, each part four numbers
-/// joined by dots, or `-` when that listing has no position yet; a token
+/// joined by dots, or `_` when that listing has no position yet (not `-`,
+/// which the command line would take for an option); a token
 /// without `:` is the older events-only form, and its gaps start from the
 /// beginning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,7 +85,7 @@ pub struct PageCursor {
 
 impl PageCursor {
     pub fn token(&self) -> String {
-        let events = self.events.map_or_else(|| "-".to_string(), |c| c.token());
+        let events = self.events.map_or_else(|| "_".to_string(), |c| c.token());
         match self.gaps {
             Some(g) => format!("{events}:{}", g.token()),
             None => events,
@@ -97,7 +98,7 @@ impl PageCursor {
             None => (token, None),
         };
         let events = match events {
-            "-" => None,
+            "_" => None,
             e => Some(Cursor::parse(e)?),
         };
         if events.is_none() && gaps.is_none() {
@@ -262,7 +263,16 @@ mod tests {
                 gaps: None
             })
         );
-        for bad in ["", "-", "-:", "1.2.3.4:", "1.2.3.4:1.2.3", ":1.2.3.4", "x:1.2.3.4"] {
+        for bad in [
+            "",
+            "_",
+            "_:",
+            "-:1.2.3.4",
+            "1.2.3.4:",
+            "1.2.3.4:1.2.3",
+            ":1.2.3.4",
+            "x:1.2.3.4",
+        ] {
             assert_eq!(PageCursor::parse(bad), None, "{bad}");
         }
     }

@@ -30,9 +30,9 @@
 
 use super::fanout::FanOut;
 use super::filter::Filter;
+use super::filter::{Cursor, GapCursor};
 use super::follow::Follower;
 use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
-use super::filter::{Cursor, GapCursor};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -348,7 +348,12 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
 
 /// Decides, in the accept thread, whether a connection gets a thread: a
 /// denied peer, or one past the connection-thread cap, is answered here.
-fn admit(stream: UnixStream, shared: &Arc<Shared>, memberships: &mut Memberships, log: &mut RefusalLog) {
+fn admit(
+    stream: UnixStream,
+    shared: &Arc<Shared>,
+    memberships: &mut Memberships,
+    log: &mut RefusalLog,
+) {
     let accepted = Instant::now();
     let (pid, uid, gid) = match peer_credentials(&stream) {
         Ok(c) => c,

@@ -148,7 +148,10 @@ pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Sh
         let spawned = std::thread::Builder::new()
             .name("syslog-stream".into())
             .spawn(move || {
-                let _admitted = Admitted { shared: &inner, uid };
+                let _admitted = Admitted {
+                    shared: &inner,
+                    uid,
+                };
                 serve(stream, creds, ingest, &inner);
             });
         let mut threads = shared.threads.lock().unwrap_or_else(|p| p.into_inner());
