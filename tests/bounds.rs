@@ -239,13 +239,12 @@ fn gaps_are_paged_with_their_own_cursor_and_memory_stays_flat() {
     let socket = data.join("run/query.sock");
     let rss_start = status(pid, "VmRSS");
 
-    // Four `--limit 1` queries, as in the report: one gap each, and the
-    // resident size barely moves.
+    // Four `--limit 1` queries, as in the report: the resident size barely
+    // moves, and each page holds one gap.
     let mut rss_max = rss_start;
+    let mut pages = Vec::new();
     for _ in 0..4 {
-        let (gaps, token) = gap_page(&data, &["--limit", "1"]);
-        assert_eq!(gaps, [gap_key(0)]);
-        assert!(token.is_some_and(|t| t.contains(':')));
+        pages.push(gap_page(&data, &["--limit", "1"]));
         rss_max = rss_max.max(status(pid, "VmRSS"));
     }
     let growth_kib = rss_max - rss_start;
@@ -260,6 +259,10 @@ fn gaps_are_paged_with_their_own_cursor_and_memory_stays_flat() {
         growth_kib < 16 << 10,
         "eventd grew by {growth_kib} KiB for four one-gap pages"
     );
+    for (gaps, token) in pages {
+        assert_eq!(gaps, [gap_key(0)]);
+        assert!(token.is_some_and(|t| t.contains(':')));
+    }
 
     // `--limit 1` pages continue where the last one stopped, in both orders.
     for reverse in [false, true] {
@@ -523,7 +526,7 @@ fn free_port() -> u16 {
 fn scrape(port: u16, timeout: Duration) -> std::io::Result<(String, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(timeout))?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
@@ -652,15 +655,20 @@ fn one_uid_gets_its_share_of_the_syslog_stream_socket() {
 
     let greedy = connect_as(NOBODY, &socket, 300);
     assert_eq!(greedy.len(), 300);
-    let rejected = || {
-        eventctl_json(&data, "stats")["stats"]["syslog"]["rejected_connections_share"]
-            .as_u64()
-            .unwrap()
-    };
-    wait_until("the greedy uid's connections refused", || rejected() == 268);
-    let held = greedy.iter().filter(|s| !closed_by_peer(s)).count();
+    // The accept thread closes what is over the share as it goes.
+    let held = || greedy.iter().filter(|s| !closed_by_peer(s)).count();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held() > 32 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let held = held();
     eprintln!("syslog share: uid {NOBODY} opened 300 stream connections, holds {held}");
     assert_eq!(held, 32);
+    let stats = eventctl_json(&data, "stats");
+    assert_eq!(
+        stats["stats"]["syslog"]["rejected_connections_share"], 268,
+        "{stats}"
+    );
 
     // Another uid connects, and its messages are stored.
     let mut other = connect_as(NOBODY - 1, &socket, 1);

@@ -49,7 +49,8 @@ pub enum Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
-    /// MaxConcurrentQueries are running; try again later.
+    /// MaxConcurrentQueries are running, or every connection thread
+    /// (MaxConcurrentQueries + 4) is taken; try again later.
     Busy,
     /// The peer's credentials do not allow reading events.
     Denied,
