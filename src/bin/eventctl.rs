@@ -4,7 +4,9 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use eventd::config::{ConfigFile, Settings, DATA_DIR_DEFAULT};
 use eventd::query::render::{Output, Renderer};
-use eventd::query::{Cursor, EventRow, FanOut, Filter, GapRow, Order, Request};
+use eventd::query::{
+    Cursor, EventRow, FanOut, Filter, GapCursor, GapRow, Order, PageCursor, Request,
+};
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
 use std::io::{BufRead, IsTerminal};
@@ -67,10 +69,11 @@ struct QueryArgs {
     /// Structured field equality KEY=VALUE (repeatable).
     #[arg(long = "field", value_name = "KEY=VALUE")]
     fields: Vec<String>,
-    /// At most this many events; the cursor of the next page is printed.
+    /// At most this many events and this many gaps; the cursor of the next
+    /// page is printed.
     #[arg(long)]
     limit: Option<u64>,
-    /// Continue after a previous page's cursor.
+    /// Continue after a previous page's cursor (its events and its gaps).
     #[arg(long)]
     cursor: Option<String>,
     /// Newest first.
@@ -167,6 +170,12 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
         };
         fields.push((k.to_string(), v.to_string()));
     }
+    let page = match &q.cursor {
+        Some(t) => {
+            PageCursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?
+        }
+        None => PageCursor::default(),
+    };
     Ok(Filter {
         since_ns: q.since.as_deref().map(parse_time).transpose()?,
         until_ns: q.until.as_deref().map(parse_time).transpose()?,
@@ -183,12 +192,8 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
         } else {
             Order::OldestFirst
         },
-        after: match &q.cursor {
-            Some(t) => {
-                Some(Cursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?)
-            }
-            None => None,
-        },
+        after: page.events,
+        gaps_after: page.gaps,
         limit: q.limit,
     })
 }
@@ -198,17 +203,24 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let colour = stdout.is_terminal();
     let mut out = Renderer::new(stdout.lock(), q.output, colour);
-    let mut count = 0u64;
-    let mut last = None;
+    // Rows of this page, and where each listing stands after it.
+    let (mut count, mut gaps) = (0u64, 0u64);
+    let mut next = PageCursor {
+        events: filter.after,
+        gaps: filter.gaps_after,
+    };
     if q.offline {
+        // The same streaming reader the daemon runs, on the files directly.
         let mut fan = FanOut::open(&settings.store_dir, filter.clone(), None)
             .with_context(|| format!("reading {}", settings.store_dir.display()))?;
         while let Some(e) = fan.next_event() {
-            last = Some(e.cursor());
+            next.events = Some(e.cursor());
             count += 1;
             out.event(&e).or_else(broken_pipe)?;
         }
-        for g in fan.gaps() {
+        while let Some(g) = fan.next_gap() {
+            next.gaps = Some(g.cursor());
+            gaps += 1;
             out.gap(&g).or_else(broken_pipe)?;
         }
         for w in &fan.warnings {
@@ -222,12 +234,21 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
         let mut failure = None;
         let mut ended = false;
         eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
-            if v.get("end").is_some() {
+            if let Some(end) = v.get("end") {
                 ended = true;
+                // The daemon says where both listings stand; an older
+                // daemon sends no gap cursor.
+                let token = |key: &str| end.get(key).and_then(|t| t.as_str()).map(str::to_string);
+                if let Some(c) = token("cursor").as_deref().and_then(Cursor::parse) {
+                    next.events = Some(c);
+                }
+                if let Some(c) = token("gap_cursor").as_deref().and_then(GapCursor::parse) {
+                    next.gaps = Some(c);
+                }
             } else if let Some(e) = v.get("event") {
                 let e: EventRow =
                     serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
-                last = Some(e.cursor());
+                next.events = Some(e.cursor());
                 count += 1;
                 out.event(&e)?;
                 if q.follow {
@@ -235,6 +256,8 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
                 }
             } else if let Some(g) = v.get("gap") {
                 let g: GapRow = serde_json::from_value(g.clone()).map_err(std::io::Error::other)?;
+                next.gaps = Some(g.cursor());
+                gaps += 1;
                 out.gap(&g)?;
             } else if let Some(w) = v.get("warning") {
                 eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
@@ -252,9 +275,10 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
         }
     }
     out.flush().or_else(broken_pipe)?;
-    if let (Some(limit), Some(c)) = (filter.limit, last) {
-        if count == limit {
-            eprintln!("next page: --cursor {}", c.token());
+    // A full page of either listing may have more behind it.
+    if let Some(limit) = filter.limit {
+        if count == limit || gaps == limit {
+            eprintln!("next page: --cursor {}", next.token());
         }
     }
     Ok(())

@@ -326,12 +326,14 @@ fn syslog(e: &mut Exposition, state: &DaemonState) {
         [("reason", "empty".to_string())],
         [("reason", "too_large".to_string())],
         [("reason", "connections".to_string())],
+        [("reason", "connection_share".to_string())],
         [("reason", "stopping".to_string())],
     ];
     let counts = [
         &y.rejected_empty,
         &y.rejected_too_large,
         &y.rejected_connections,
+        &y.rejected_connections_share,
         &y.rejected_stopping,
     ];
     e.family(

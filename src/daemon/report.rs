@@ -109,6 +109,7 @@ fn stats(state: &DaemonState) -> Value {
     let q = &state.queries;
     let queries = json!({
         "running": q.running.load(Ordering::Relaxed),
+        "connections": q.connections.load(Ordering::Relaxed),
         "answered": q.served.load(Ordering::Relaxed),
         "refused_busy": q.refused_busy.load(Ordering::Relaxed),
         "refused_denied": q.refused_denied.load(Ordering::Relaxed),
@@ -125,6 +126,7 @@ fn stats(state: &DaemonState) -> Value {
         "rejected_empty": y.rejected_empty.load(Ordering::Relaxed),
         "rejected_too_large": y.rejected_too_large.load(Ordering::Relaxed),
         "rejected_connections": y.rejected_connections.load(Ordering::Relaxed),
+        "rejected_connections_share": y.rejected_connections_share.load(Ordering::Relaxed),
         "rejected_stopping": y.rejected_stopping.load(Ordering::Relaxed),
         "emit_failures": y.emit_failures.load(Ordering::Relaxed),
         "dropped": y.dropped.load(Ordering::Relaxed),

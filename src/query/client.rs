@@ -23,15 +23,30 @@ pub fn call(
             ),
         )
     })?;
-    let line = serde_json::to_string(request).map_err(std::io::Error::other)?;
-    stream.write_all(line.as_bytes())?;
-    stream.write_all(b"\n")?;
+    let mut line = serde_json::to_string(request).map_err(std::io::Error::other)?;
+    line.push('\n');
+    // A refusal (denied, busy) is written by the daemon as soon as the
+    // connection is accepted, and the connection closed: the write can then
+    // fail while the answer waits to be read. The answer decides.
+    let sent = stream.write_all(line.as_bytes());
+    let mut answered = false;
     for line in BufReader::new(stream).lines() {
-        let value: serde_json::Value = serde_json::from_str(&line?)
+        let line = match line {
+            Ok(l) => l,
+            // Closed by the daemon with part of our request unread: what it
+            // answered before closing was read whole.
+            Err(e) if answered && e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(e),
+        };
+        answered = true;
+        let value: serde_json::Value = serde_json::from_str(&line)
             .map_err(|e| std::io::Error::other(format!("malformed answer from eventd: {e}")))?;
         if !each(value)? {
             break;
         }
     }
-    Ok(())
+    match sent {
+        Err(e) if !answered => Err(e),
+        _ => Ok(()),
+    }
 }

@@ -3,11 +3,14 @@
 //! `(ts, cpu, seq, ring_epoch)` order (R7: whatever configuration wrote a
 //! file, it is read).
 //!
-//! Memory stays bounded: each shard is read in pages of [`PAGE_ROWS`] rows
-//! by keyset (the next page starts after the last key read), and a heap
-//! holds one head row per shard.
+//! Events and gaps are two listings, each merged the same way and each
+//! with its own cursor and limit. Memory stays bounded: each shard is read
+//! in pages of at most [`PAGE_ROWS`] rows per listing, by keyset (the next
+//! page starts after the last key read), and a heap per listing holds one
+//! head row per shard. A query over S shards holds at most
+//! `2 × S × PAGE_ROWS` rows, whatever the number of matching rows.
 
-use super::filter::{Cursor, Filter, Order};
+use super::filter::{Cursor, Filter, GapCursor, Order};
 use rusqlite::OpenFlags;
 use rusqlite::{Connection, ToSql};
 use serde::{Deserialize, Serialize};
@@ -84,41 +87,97 @@ pub struct GapRow {
     pub detected_at: i64,
 }
 
-struct ShardStream {
-    path: PathBuf,
-    conn: Connection,
-    rows: VecDeque<EventRow>,
+impl GapRow {
+    pub fn cursor(&self) -> GapCursor {
+        GapCursor {
+            detected_at: self.detected_at,
+            cpu: self.cpu,
+            from_seq: self.from_seq,
+            ring_epoch: self.ring_epoch,
+        }
+    }
+
+    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GapRow> {
+        Ok(GapRow {
+            ring_epoch: r.get(0)?,
+            cpu: r.get(1)?,
+            from_seq: r.get::<_, i64>(2)? as u64,
+            to_seq: r.get::<_, i64>(3)? as u64,
+            lost: r.get::<_, i64>(4)? as u64,
+            reason: r.get(5)?,
+            ts_before: r.get(6)?,
+            detected_at: r.get(7)?,
+        })
+    }
+}
+
+/// One shard's rows of one listing (events or gaps), read a page at a time.
+struct Lane<R, K> {
+    /// Rows fetched and not yet returned: at most one page ([`PAGE_ROWS`]).
+    rows: VecDeque<R>,
     /// Key of the last row fetched (the next page starts after it).
-    last: Option<Cursor>,
-    /// Only rows with `id <= id_max` (a follow query's snapshot).
-    id_max: Option<i64>,
+    last: Option<K>,
     /// Rows the next page asks for.
     page: usize,
-    /// The file's identity when opened (for the connection pool).
-    file: Option<FileId>,
     exhausted: bool,
 }
 
-/// A shard's head row in the merge heap, ordered so that the heap's top is
+impl<R, K> Lane<R, K> {
+    fn new(after: Option<K>) -> Self {
+        Lane {
+            rows: VecDeque::new(),
+            last: after,
+            page: FIRST_PAGE_ROWS,
+            exhausted: false,
+        }
+    }
+
+    /// Takes a fetched page: `asked` rows were asked for, so fewer means
+    /// the shard has no more.
+    fn take_page(&mut self, rows: Vec<R>, asked: usize, key: impl Fn(&R) -> K) {
+        debug_assert!(rows.len() <= asked && asked <= PAGE_ROWS);
+        if rows.len() < asked {
+            self.exhausted = true;
+        }
+        self.last = rows.last().map(key).or(self.last.take());
+        self.rows.extend(rows);
+        self.page = (self.page * 2).min(PAGE_ROWS);
+    }
+}
+
+struct ShardStream {
+    path: PathBuf,
+    conn: Connection,
+    events: Lane<EventRow, Cursor>,
+    /// Started by the first [`FanOut::next_gap`]: a query that never asks
+    /// for gaps never reads the gaps table.
+    gaps: Lane<GapRow, GapCursor>,
+    /// Only rows with `id <= id_max` (a follow query's snapshot).
+    id_max: Option<i64>,
+    /// The file's identity when opened (for the connection pool).
+    file: Option<FileId>,
+}
+
+/// A shard's head row in a merge heap, ordered so that the heap's top is
 /// the next row to return.
-struct Head {
-    key: Cursor,
+struct Head<K> {
+    key: K,
     shard: usize,
     newest_first: bool,
 }
 
-impl PartialEq for Head {
+impl<K: Ord> PartialEq for Head<K> {
     fn eq(&self, other: &Self) -> bool {
         self.key == other.key && self.shard == other.shard
     }
 }
-impl Eq for Head {}
-impl PartialOrd for Head {
+impl<K: Ord> Eq for Head<K> {}
+impl<K: Ord> PartialOrd for Head<K> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Head {
+impl<K: Ord> Ord for Head<K> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         let by_key = if self.newest_first {
             self.key.cmp(&other.key)
@@ -132,11 +191,16 @@ impl Ord for Head {
 /// A running query over every shard.
 pub struct FanOut {
     shards: Vec<ShardStream>,
-    heap: BinaryHeap<Head>,
+    /// One head event per shard that has one left.
+    heap: BinaryHeap<Head<Cursor>>,
+    /// One head gap per shard, once gaps were asked for.
+    gap_heap: BinaryHeap<Head<GapCursor>>,
+    gaps_started: bool,
     filter: Filter,
     where_sql: String,
     params: Vec<rusqlite::types::Value>,
     returned: u64,
+    gaps_returned: u64,
     /// Where the connections go back when the query ends.
     pool: Option<Arc<ConnectionPool>>,
     /// Shards that could not be read (named), beside the results.
@@ -246,10 +310,13 @@ impl FanOut {
         let mut fan = FanOut {
             shards: Vec::new(),
             heap: BinaryHeap::new(),
+            gap_heap: BinaryHeap::new(),
+            gaps_started: false,
             filter,
             where_sql: sql.clause,
             params: sql.params,
             returned: 0,
+            gaps_returned: 0,
             pool,
             warnings: Vec::new(),
         };
@@ -270,10 +337,8 @@ impl FanOut {
                 file: file_id(&path),
                 path,
                 conn,
-                rows: VecDeque::new(),
-                last: fan.filter.after,
-                page: FIRST_PAGE_ROWS,
-                exhausted: false,
+                events: Lane::new(fan.filter.after),
+                gaps: Lane::new(fan.filter.gaps_after),
             });
         }
         for i in 0..fan.shards.len() {
@@ -293,24 +358,47 @@ impl FanOut {
             return None;
         }
         let head = self.heap.pop()?;
-        let row = self.shards[head.shard].rows.pop_front()?;
+        let row = self.shards[head.shard].events.rows.pop_front()?;
         self.refill(head.shard);
         self.returned += 1;
         Some(row)
     }
 
-    /// Puts shard `i`'s next row in the heap, fetching a page if needed.
+    /// The next gap whose time span meets the query's window (and cpu, if
+    /// given), in `(detected_at, cpu, from_seq, ring_epoch)` order (newest
+    /// first with [`Order::NewestFirst`]), after `gaps_after`; `None` at
+    /// the end or at the limit. Gaps are merged across shards like events:
+    /// one page per shard in memory at most.
+    pub fn next_gap(&mut self) -> Option<GapRow> {
+        if !self.gaps_started {
+            self.gaps_started = true;
+            for i in 0..self.shards.len() {
+                self.refill_gaps(i);
+            }
+        }
+        if self.filter.limit.is_some_and(|l| self.gaps_returned >= l) {
+            return None;
+        }
+        let head = self.gap_heap.pop()?;
+        let row = self.shards[head.shard].gaps.rows.pop_front()?;
+        self.refill_gaps(head.shard);
+        self.gaps_returned += 1;
+        Some(row)
+    }
+
+    /// Puts shard `i`'s next event in the heap, fetching a page if needed.
     fn refill(&mut self, i: usize) {
-        if self.shards[i].rows.is_empty() && !self.shards[i].exhausted {
+        let lane = &self.shards[i].events;
+        if lane.rows.is_empty() && !lane.exhausted {
             if let Err(e) = self.fetch_page(i) {
                 let s = &mut self.shards[i];
-                s.exhausted = true;
+                s.events.exhausted = true;
                 self.warnings
                     .push(format!("{}: stopped answering: {e}", s.path.display()));
             }
         }
         let newest_first = self.filter.order == Order::NewestFirst;
-        if let Some(row) = self.shards[i].rows.front() {
+        if let Some(row) = self.shards[i].events.rows.front() {
             self.heap.push(Head {
                 key: row.cursor(),
                 shard: i,
@@ -319,11 +407,43 @@ impl FanOut {
         }
     }
 
+    /// Puts shard `i`'s next gap in the gap heap, fetching a page if needed.
+    fn refill_gaps(&mut self, i: usize) {
+        let lane = &self.shards[i].gaps;
+        if lane.rows.is_empty() && !lane.exhausted {
+            if let Err(e) = self.fetch_gap_page(i) {
+                let s = &mut self.shards[i];
+                s.gaps.exhausted = true;
+                self.warnings
+                    .push(format!("{}: gaps not read: {e}", s.path.display()));
+            }
+        }
+        let newest_first = self.filter.order == Order::NewestFirst;
+        if let Some(row) = self.shards[i].gaps.rows.front() {
+            self.gap_heap.push(Head {
+                key: row.cursor(),
+                shard: i,
+                newest_first,
+            });
+        }
+    }
+
+    /// Rows the next page of a lane asks for: its page size, but never more
+    /// than the query still wants (at least 1).
+    fn page_rows(&self, page: usize, returned: u64) -> usize {
+        let left = self
+            .filter
+            .limit
+            .map_or(u64::MAX, |l| l.saturating_sub(returned));
+        (page as u64).min(left.max(1)) as usize
+    }
+
     fn fetch_page(&mut self, i: usize) -> rusqlite::Result<()> {
         let (cmp, dir) = match self.filter.order {
             Order::OldestFirst => (">", "ASC"),
             Order::NewestFirst => ("<", "DESC"),
         };
+        let page = self.page_rows(self.shards[i].events.page, self.returned);
         let s = &mut self.shards[i];
         let mut params: Vec<&dyn ToSql> = self.params.iter().map(|v| v as &dyn ToSql).collect();
         let id_max;
@@ -336,7 +456,7 @@ impl FanOut {
             None => String::new(),
         };
         let after;
-        let keyset = match &s.last {
+        let keyset = match &s.events.last {
             Some(c) => {
                 after = [c.ts, i64::from(c.cpu), c.seq as i64, c.ring_epoch];
                 let n = params.len();
@@ -362,67 +482,65 @@ impl FanOut {
             self.where_sql,
             params.len() + 1
         );
-        // A page never asks for more than the query still wants.
-        let left = self
-            .filter
-            .limit
-            .map_or(u64::MAX, |l| l.saturating_sub(self.returned));
-        let page = (s.page as u64).min(left.max(1)) as i64;
-        params.push(&page);
+        let limit = page as i64;
+        params.push(&limit);
         let mut stmt = s.conn.prepare_cached(&sql)?;
-        let rows = stmt.query_map(params.as_slice(), EventRow::from_row)?;
-        let mut n = 0;
-        for row in rows {
-            s.rows.push_back(row?);
-            n += 1;
-        }
-        s.last = s.rows.back().map(EventRow::cursor).or(s.last);
-        if n < page {
-            s.exhausted = true;
-        }
-        s.page = (s.page * 2).min(PAGE_ROWS);
+        let rows = stmt
+            .query_map(params.as_slice(), EventRow::from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        s.events.take_page(rows, page, EventRow::cursor);
         Ok(())
     }
 
-    /// Gaps whose time span meets the query's window (and cpu, if given),
-    /// from every shard.
-    pub fn gaps(&mut self) -> Vec<GapRow> {
-        let mut gaps = Vec::new();
+    /// The next page of shard `i`'s gaps: those detected at or after
+    /// `since_ns` whose last event before them is before `until_ns` (their
+    /// span meets the window), keyset-paged on the `gaps_detected_at`
+    /// index in `(detected_at, cpu, from_seq, ring_epoch)` order.
+    fn fetch_gap_page(&mut self, i: usize) -> rusqlite::Result<()> {
+        let (cmp, dir) = match self.filter.order {
+            Order::OldestFirst => (">", "ASC"),
+            Order::NewestFirst => ("<", "DESC"),
+        };
+        let page = self.page_rows(self.shards[i].gaps.page, self.gaps_returned);
+        let s = &mut self.shards[i];
         let since = self.filter.since_ns.unwrap_or(i64::MIN);
         let until = self.filter.until_ns.unwrap_or(i64::MAX);
         let cpu = self.filter.cpu.map(i64::from);
-        for s in &self.shards {
-            let result = s
-                .conn
-                .prepare_cached(
-                    "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
-                     detected_at FROM gaps WHERE detected_at >= ?1 AND ts_before < ?2 \
-                     AND (?3 IS NULL OR cpu = ?3) ORDER BY detected_at",
+        let limit = page as i64;
+        let mut params: Vec<&dyn ToSql> = vec![&since, &until, &cpu, &limit];
+        let after;
+        let keyset = match &s.gaps.last {
+            Some(g) => {
+                after = [
+                    g.detected_at,
+                    i64::from(g.cpu),
+                    g.from_seq as i64,
+                    g.ring_epoch,
+                ];
+                for v in &after {
+                    params.push(v);
+                }
+                // As for events: the plain bound for the index, the row
+                // value for the exact place.
+                format!(
+                    " AND detected_at {cmp}= ?5 \
+                     AND (detected_at, cpu, from_seq, ring_epoch) {cmp} (?5, ?6, ?7, ?8)"
                 )
-                .and_then(|mut stmt| {
-                    stmt.query_map(rusqlite::params![since, until, cpu], |r| {
-                        Ok(GapRow {
-                            ring_epoch: r.get(0)?,
-                            cpu: r.get(1)?,
-                            from_seq: r.get::<_, i64>(2)? as u64,
-                            to_seq: r.get::<_, i64>(3)? as u64,
-                            lost: r.get::<_, i64>(4)? as u64,
-                            reason: r.get(5)?,
-                            ts_before: r.get(6)?,
-                            detected_at: r.get(7)?,
-                        })
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-                });
-            match result {
-                Ok(mut found) => gaps.append(&mut found),
-                Err(e) => self
-                    .warnings
-                    .push(format!("{}: gaps not read: {e}", s.path.display())),
             }
-        }
-        gaps.sort_by_key(|g| (g.detected_at, g.cpu, g.from_seq));
-        gaps
+            None => String::new(),
+        };
+        let sql = format!(
+            "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, detected_at \
+             FROM gaps WHERE detected_at >= ?1 AND ts_before < ?2 \
+             AND (?3 IS NULL OR cpu = ?3){keyset} \
+             ORDER BY detected_at {dir}, cpu {dir}, from_seq {dir}, ring_epoch {dir} LIMIT ?4"
+        );
+        let mut stmt = s.conn.prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map(params.as_slice(), GapRow::from_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        s.gaps.take_page(rows, page, GapRow::cursor);
+        Ok(())
     }
 }
 
@@ -492,5 +610,55 @@ mod tests {
         std::fs::rename(&fresh, &path).unwrap();
         assert_eq!(messages(dir.path(), &pool), ["new"]);
         assert_eq!(pool.idle(), 1);
+    }
+
+    /// Pages of `limit` gaps, each continuing after the last one's cursor,
+    /// over shards whose gaps interleave: every gap once, in order.
+    #[test]
+    fn gaps_page_through_every_shard_once_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut want = Vec::new();
+        for shard in 0..3i64 {
+            let conn =
+                crate::store::open_shard(&dir.path().join(format!("shard-00{shard}.db"))).unwrap();
+            for k in 0..40i64 {
+                // Equal detection times across shards and cpus: the rest of
+                // the key decides.
+                let (detected_at, cpu, from_seq) = (k / 4, (k + shard) % 3, 10 * k + shard);
+                conn.execute(
+                    "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, \
+                     ts_before, detected_at) VALUES (1, ?1, ?2, ?2, 1, 'overwritten', 0, ?3)",
+                    [cpu, from_seq, detected_at],
+                )
+                .unwrap();
+                want.push((detected_at, cpu as u32, from_seq as u64));
+            }
+        }
+        want.sort();
+        for order in [Order::OldestFirst, Order::NewestFirst] {
+            let mut expected = want.clone();
+            if order == Order::NewestFirst {
+                expected.reverse();
+            }
+            let mut seen = Vec::new();
+            let mut after = None;
+            loop {
+                let filter = Filter {
+                    order,
+                    limit: Some(7),
+                    gaps_after: after,
+                    ..Filter::default()
+                };
+                let mut fan = FanOut::open(dir.path(), filter, None).unwrap();
+                let page: Vec<GapRow> = std::iter::from_fn(|| fan.next_gap()).collect();
+                assert!(page.len() <= 7);
+                seen.extend(page.iter().map(|g| (g.detected_at, g.cpu, g.from_seq)));
+                match page.last() {
+                    Some(g) if page.len() == 7 => after = Some(g.cursor()),
+                    _ => break,
+                }
+            }
+            assert_eq!(seen, expected, "{order:?}");
+        }
     }
 }

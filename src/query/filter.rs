@@ -39,6 +39,75 @@ impl Cursor {
     }
 }
 
+/// Where a page's gaps ended: the sort key of its last gap row. Gaps are
+/// listed in `(detected_at, cpu, from_seq, ring_epoch)` order (newest first
+/// with [`Order::NewestFirst`]), and the next page's gaps start strictly
+/// after this key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GapCursor {
+    pub detected_at: i64,
+    pub cpu: u32,
+    pub from_seq: u64,
+    pub ring_epoch: i64,
+}
+
+impl GapCursor {
+    /// The gap cursor as four numbers joined by dots, like [`Cursor::token`].
+    pub fn token(&self) -> String {
+        format!(
+            "{}.{}.{}.{}",
+            self.detected_at, self.cpu, self.from_seq, self.ring_epoch
+        )
+    }
+
+    pub fn parse(token: &str) -> Option<GapCursor> {
+        let c = Cursor::parse(token)?;
+        Some(GapCursor {
+            detected_at: c.ts,
+            cpu: c.cpu,
+            from_seq: c.seq,
+            ring_epoch: c.ring_epoch,
+        })
+    }
+}
+
+/// What `eventctl` prints as `--cursor TOKEN`: where a page's events and
+/// its gaps ended. The token is `EVENTS:GAPS`, each part four numbers
+/// joined by dots, or `_` when that listing has no position yet (not `-`,
+/// which the command line would take for an option); a token
+/// without `:` is the older events-only form, and its gaps start from the
+/// beginning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PageCursor {
+    pub events: Option<Cursor>,
+    pub gaps: Option<GapCursor>,
+}
+
+impl PageCursor {
+    pub fn token(&self) -> String {
+        let events = self.events.map_or_else(|| "_".to_string(), |c| c.token());
+        match self.gaps {
+            Some(g) => format!("{events}:{}", g.token()),
+            None => events,
+        }
+    }
+
+    pub fn parse(token: &str) -> Option<PageCursor> {
+        let (events, gaps) = match token.split_once(':') {
+            Some((e, g)) => (e, Some(GapCursor::parse(g)?)),
+            None => (token, None),
+        };
+        let events = match events {
+            "_" => None,
+            e => Some(Cursor::parse(e)?),
+        };
+        if events.is_none() && gaps.is_none() {
+            return None;
+        }
+        Some(PageCursor { events, gaps })
+    }
+}
+
 /// A query's filters. Every field is optional; an empty filter matches
 /// every event.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -63,7 +132,11 @@ pub struct Filter {
     pub order: Order,
     /// Continue after this cursor (from a previous page).
     pub after: Option<Cursor>,
-    /// At most this many events (all when unset).
+    /// Continue the gap listing after this gap cursor (from a previous
+    /// page's `end` line); unset, gaps start from the first.
+    pub gaps_after: Option<GapCursor>,
+    /// At most this many events, and at most this many gaps, per page (all
+    /// when unset).
     pub limit: Option<u64>,
 }
 
@@ -149,6 +222,58 @@ mod tests {
         assert_eq!(Cursor::parse(&c.token()), Some(c));
         for bad in ["", "1.2.3", "1.2.3.4.5", "a.b.c.d", "1.-2.3.4"] {
             assert_eq!(Cursor::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn page_tokens_carry_both_cursors_and_old_tokens_still_parse() {
+        let events = Cursor {
+            ts: 17,
+            cpu: 1,
+            seq: 2,
+            ring_epoch: -3,
+        };
+        let gaps = GapCursor {
+            detected_at: 99,
+            cpu: 4,
+            from_seq: 5,
+            ring_epoch: 6,
+        };
+        for page in [
+            PageCursor {
+                events: Some(events),
+                gaps: Some(gaps),
+            },
+            PageCursor {
+                events: None,
+                gaps: Some(gaps),
+            },
+            PageCursor {
+                events: Some(events),
+                gaps: None,
+            },
+        ] {
+            assert_eq!(PageCursor::parse(&page.token()), Some(page), "{page:?}");
+        }
+        // The events-only token of earlier versions.
+        assert_eq!(
+            PageCursor::parse("17.1.2.-3"),
+            Some(PageCursor {
+                events: Some(events),
+                gaps: None
+            })
+        );
+        for bad in [
+            "",
+            "_",
+            "_:",
+            "-:1.2.3.4",
+            "1.2.3.4:",
+            "1.2.3.4:1.2.3",
+            ":1.2.3.4",
+            "x:1.2.3.4",
+        ] {
+            assert_eq!(PageCursor::parse(bad), None, "{bad}");
         }
     }
 

@@ -10,7 +10,7 @@ pub mod protocol;
 pub mod server;
 
 pub use fanout::{EventRow, FanOut, GapRow};
-pub use filter::{Cursor, Filter, Order};
+pub use filter::{Cursor, Filter, GapCursor, Order, PageCursor};
 pub use protocol::Request;
 pub use server::{Access, QueryServer, QueryStats};
 pub mod client;

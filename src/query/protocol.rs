@@ -6,9 +6,10 @@
 //! ```text
 //! → {"op":"query","filter":{"since_ns":..,"level":3,"order":"newest_first","limit":100},"follow":false}
 //! ← {"event":{"ts":..,"cpu":0,"seq":17,...}}      one per event, in order
-//! ← {"gap":{"cpu":0,"from_seq":..,"lost":12,...}}  gaps meeting the window
+//! ← {"gap":{"cpu":0,"from_seq":..,"lost":12,...}}  gaps meeting the window, after the events
 //! ← {"warning":"shard-007.db: not read: ..."}      a shard that did not answer
-//! ← {"end":{"count":100,"cursor":"<token>"}}       the cursor continues the listing
+//! ← {"end":{"count":100,"cursor":"<token>","gaps":3,"gap_cursor":"<token>"}}
+//!                                                  each cursor continues its listing
 //!
 //! → {"op":"stats"} | {"op":"shards"} | {"op":"config"} | {"op":"metrics"}
 //! ← {"stats":{...}} | {"shards":[...]} | {"config":{...}} | {"metrics":"<Prometheus text>"}
@@ -48,7 +49,8 @@ pub enum Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
-    /// MaxConcurrentQueries are running; try again later.
+    /// MaxConcurrentQueries are running, or every connection thread
+    /// (MaxConcurrentQueries + 4) is taken; try again later.
     Busy,
     /// The peer's credentials do not allow reading events.
     Denied,

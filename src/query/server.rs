@@ -1,23 +1,69 @@
-//! The query server: a Unix socket in the run directory, one thread per
-//! connection, at most MaxConcurrentQueries at once, access decided by the
-//! peer's credentials (SO_PEERCRED).
+//! The query server: a Unix socket in the run directory, access decided by
+//! the peer's credentials (SO_PEERCRED), one thread per admitted
+//! connection.
+//!
+//! Every bound, and what happens at it:
+//!
+//! - **Who gets a thread.** The accept thread reads each peer's credentials
+//!   itself. A peer that may not read events is answered `denied` there,
+//!   without a thread: what it already sent is read without blocking (so
+//!   that closing does not reset the connection before the answer is
+//!   read), the one line is written without blocking, and the connection
+//!   is closed. Group memberships of users that are not root, eventd's own
+//!   user or in the group by their primary gid are looked up once and kept
+//!   for [`MEMBERSHIP_TTL`] (at most [`MEMBERSHIP_ENTRIES`] users), so a
+//!   flood from one user costs one passwd and group read every few seconds.
+//! - **Connection threads.** At most MaxConcurrentQueries +
+//!   [`REPORT_CONNECTIONS`] connections have a thread at once (waiting for
+//!   their request, running a query or answering a report). Beyond that
+//!   the accept thread answers `busy` itself, the same way as `denied`.
+//! - **Queries.** At most MaxConcurrentQueries queries (follows included)
+//!   run at once; a query past that is answered `busy`. Reports (`stats`,
+//!   `shards`, `config`, `metrics`) take no query slot, so they are still
+//!   answered while every query slot is held.
+//! - **The request.** The whole request line must arrive within
+//!   [`REQUEST_DEADLINE`] of the accept, however the bytes trickle in, and
+//!   be at most [`REQUEST_BYTES_MAX`] bytes; otherwise it is answered
+//!   `bad_request` and the connection closed, freeing its thread.
+//! - **Writes.** A write that blocks for [`WRITE_TIMEOUT`] (a client that
+//!   stopped reading) ends the query, frees its slot and its thread.
 
 use super::fanout::FanOut;
 use super::filter::Filter;
+use super::filter::{Cursor, GapCursor};
 use super::follow::Follower;
 use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A write that blocks this long (a client that stopped reading) ends the
-/// query and frees its slot.
-const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// query and frees its slot. Kept at 30 s, as before: a person paging
+/// through `eventctl query | less` blocks the daemon's writes while
+/// reading a screen, and should not lose the query for it. A client never
+/// holds a slot longer than this without reading anything.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The whole request line must have arrived this long after the accept.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+/// Connection threads beyond MaxConcurrentQueries: room for reports (and
+/// for requests still being read) while every query slot is held.
+pub const REPORT_CONNECTIONS: u64 = 4;
+/// Bytes a refused peer may have sent that the accept thread reads (and
+/// drops) before answering it: a whole request, and one more buffer.
+const REFUSAL_READ_BYTES_MAX: usize = REQUEST_BYTES_MAX + REFUSAL_READ_BYTES;
+const REFUSAL_READ_BYTES: usize = 4096;
+/// How long a user's group membership, once looked up, is trusted.
+pub const MEMBERSHIP_TTL: Duration = Duration::from_secs(5);
+/// Users whose membership is kept at once; the cache is emptied when full.
+pub const MEMBERSHIP_ENTRIES: usize = 256;
+/// Refusals logged per second at most (the rest are counted only).
+const REFUSAL_LOGS_PER_SECOND: u32 = 4;
 
 /// Answers for the requests that are not queries (the daemon provides them;
 /// the query code never reaches into the writers).
@@ -35,15 +81,60 @@ pub struct Access {
 impl Access {
     /// Root, the daemon's own user, and members of the group.
     pub fn allows(&self, uid: libc::uid_t, gid: libc::gid_t) -> bool {
+        self.decide(uid, gid, user_in_group)
+    }
+
+    /// [`allows`](Self::allows), asking `in_group(uid, gid, group)` only when
+    /// the ids alone do not decide.
+    fn decide(
+        &self,
+        uid: libc::uid_t,
+        gid: libc::gid_t,
+        in_group: impl FnOnce(libc::uid_t, libc::gid_t, libc::gid_t) -> bool,
+    ) -> bool {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         if uid == 0 || uid == me || self.everyone {
             return true;
         }
         match self.group {
-            Some(g) => gid == g || user_in_group(uid, gid, g),
+            Some(g) => gid == g || in_group(uid, gid, g),
             None => false,
         }
+    }
+}
+
+/// Group memberships looked up recently, owned by the accept thread: keyed
+/// by (uid, primary gid), each trusted for [`MEMBERSHIP_TTL`]. At most
+/// [`MEMBERSHIP_ENTRIES`] are kept; when full, the cache is emptied (a
+/// flood of distinct uids then costs a lookup each, as it did without a
+/// cache).
+struct Memberships {
+    seen: HashMap<(libc::uid_t, libc::gid_t), (Instant, bool)>,
+}
+
+impl Memberships {
+    fn new() -> Self {
+        Memberships {
+            seen: HashMap::new(),
+        }
+    }
+
+    fn allows(&mut self, access: &Access, uid: libc::uid_t, gid: libc::gid_t) -> bool {
+        access.decide(uid, gid, |uid, gid, group| {
+            let now = Instant::now();
+            if let Some(&(at, member)) = self.seen.get(&(uid, gid)) {
+                if now.duration_since(at) < MEMBERSHIP_TTL {
+                    return member;
+                }
+            }
+            let member = user_in_group(uid, gid, group);
+            if self.seen.len() >= MEMBERSHIP_ENTRIES {
+                self.seen.clear();
+            }
+            self.seen.insert((uid, gid), (now, member));
+            member
+        })
     }
 }
 
@@ -125,13 +216,18 @@ pub struct QueryServer {
 /// What the query server counts, for `eventctl stats` and the metrics.
 #[derive(Debug, Default)]
 pub struct QueryStats {
-    /// Connections holding a slot now (queries, follows and reports): the
-    /// slot count itself, taken and given back with AcqRel.
+    /// Queries (follows included) holding a query slot now: the slot count
+    /// itself, taken and given back with AcqRel.
     pub running: AtomicU64,
+    /// Connections with a thread now (reading their request, running a
+    /// query or answering a report): the connection-thread count itself,
+    /// at most MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
+    pub connections: AtomicU64,
     /// Requests answered (a slot taken, the request understood). Relaxed,
     /// like the refusals: monitoring only.
     pub served: AtomicU64,
-    /// Refused because MaxConcurrentQueries were running.
+    /// Refused because MaxConcurrentQueries were running, or every
+    /// connection thread was taken.
     pub refused_busy: AtomicU64,
     /// Refused because of the peer's credentials.
     pub refused_denied: AtomicU64,
@@ -145,6 +241,8 @@ struct Shared {
     store_dir: PathBuf,
     access: Access,
     max_queries: u64,
+    /// MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
+    max_connections: u64,
     stats: Arc<QueryStats>,
     reporter: Reporter,
     stop: Arc<AtomicBool>,
@@ -194,6 +292,7 @@ impl QueryServer {
             store_dir: store_dir.to_path_buf(),
             access,
             max_queries,
+            max_connections: max_queries.saturating_add(REPORT_CONNECTIONS),
             stats,
             reporter,
             stop: stop.clone(),
@@ -232,30 +331,32 @@ impl Drop for QueryServer {
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    let mut memberships = Memberships::new();
+    let mut log = RefusalLog::default();
     for stream in listener.incoming() {
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
-        let stream = match stream {
-            Ok(s) => s,
+        match stream {
+            Ok(s) => admit(s, &shared, &mut memberships, &mut log),
             Err(e) => {
                 tracing::warn!(error = %e, "query socket: accept failed");
                 // Bounded: do not spin on a persistent error.
                 std::thread::sleep(Duration::from_millis(50));
-                continue;
             }
-        };
-        let shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("query".into())
-            .spawn(move || serve(stream, &shared));
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "query connection dropped: cannot start a thread");
         }
     }
 }
 
-fn serve(mut stream: UnixStream, shared: &Shared) {
+/// Decides, in the accept thread, whether a connection gets a thread: a
+/// denied peer, or one past the connection-thread cap, is answered here.
+fn admit(
+    stream: UnixStream,
+    shared: &Arc<Shared>,
+    memberships: &mut Memberships,
+    log: &mut RefusalLog,
+) {
+    let accepted = Instant::now();
     let (pid, uid, gid) = match peer_credentials(&stream) {
         Ok(c) => c,
         Err(e) => {
@@ -263,55 +364,112 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
             return;
         }
     };
-    // The request is read before any answer (even a refusal): a client
-    // whose request is left unread would see its connection reset instead
-    // of the answer.
-    let request = read_request(&stream);
-    if !shared.access.allows(uid, gid) {
+    if !memberships.allows(&shared.access, uid, gid) {
         shared.stats.refused_denied.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            pid,
-            uid,
-            gid,
-            "query refused: this peer may not read events"
+        if log.allow(accepted) {
+            tracing::info!(
+                pid,
+                uid,
+                gid,
+                "query refused: this peer may not read events"
+            );
+        }
+        let message = format!(
+            "uid {uid} may not read events: only root, eventd's own user and \
+             members of the query group may"
         );
-        let _ = writeln!(
-            stream,
-            "{}",
-            error_line(
-                ErrorCode::Denied,
-                &format!(
-                    "uid {uid} may not read events: only root, eventd's own user and \
-                     members of the query group may"
-                )
-            )
-        );
+        refuse(stream, ErrorCode::Denied, &message);
         return;
     }
-    // Take a slot (only while one is free), or answer busy at once.
+    // A connection thread (only while one is free), or busy at once.
     let taken = shared
         .stats
-        .running
+        .connections
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < shared.max_queries).then_some(n + 1)
+            (n < shared.max_connections).then_some(n + 1)
         });
-    let _slot = taken.is_ok().then(|| Slot(&shared.stats.running));
     if taken.is_err() {
         shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
-        let _ = writeln!(
-            stream,
-            "{}",
-            error_line(
-                ErrorCode::Busy,
-                &format!(
-                    "{} queries are running (MaxConcurrentQueries); try again",
-                    shared.max_queries
-                )
-            )
+        if log.allow(accepted) {
+            tracing::info!(pid, uid, "query refused: every connection thread is taken");
+        }
+        let message = format!(
+            "{} connections are being served (MaxConcurrentQueries + {REPORT_CONNECTIONS}); \
+             try again",
+            shared.max_connections
         );
+        refuse(stream, ErrorCode::Busy, &message);
         return;
     }
-    let request = match request {
+    let inner = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("query".into())
+        .spawn(move || {
+            let _thread = Slot(&inner.stats.connections);
+            serve(stream, &inner, accepted, pid);
+        });
+    if let Err(e) = spawned {
+        // The closure (and the stream in it) was dropped unrun.
+        shared.stats.connections.fetch_sub(1, Ordering::AcqRel);
+        tracing::error!(error = %e, "query connection dropped: cannot start a thread");
+    }
+}
+
+/// At most [`REFUSAL_LOGS_PER_SECOND`] refusals logged per second: a flood
+/// of refused connections is counted, not written to the log one by one.
+#[derive(Default)]
+struct RefusalLog {
+    second: Option<Instant>,
+    logged: u32,
+}
+
+impl RefusalLog {
+    fn allow(&mut self, now: Instant) -> bool {
+        match self.second {
+            Some(s) if now.duration_since(s) < Duration::from_secs(1) => {}
+            _ => {
+                self.second = Some(now);
+                self.logged = 0;
+            }
+        }
+        self.logged += 1;
+        self.logged <= REFUSAL_LOGS_PER_SECOND
+    }
+}
+
+/// Answers a connection with one error line without ever blocking (the
+/// accept thread calls it): reads what the peer already sent, at most
+/// [`REFUSAL_READ_BYTES_MAX`] bytes, so that the close does not reset the
+/// connection before the peer reads the answer; writes the line if the
+/// socket takes it whole at once (an empty socket buffer always does);
+/// closes.
+fn refuse(mut stream: UnixStream, code: ErrorCode, message: &str) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut buf = [0u8; REFUSAL_READ_BYTES];
+    let mut read = 0;
+    while read < REFUSAL_READ_BYTES_MAX {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break, // WouldBlock: nothing more sent yet
+        }
+    }
+    let mut line = error_line(code, message);
+    line.push('\n');
+    // One attempt: a peer whose buffer cannot take a few hundred bytes is
+    // not waited for.
+    let _ = stream.write(line.as_bytes());
+}
+
+fn serve(mut stream: UnixStream, shared: &Shared, accepted: Instant, pid: i32) {
+    // A client that stops reading gets its query ended, not a slot forever.
+    if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
+        return;
+    }
+    let request = match read_request(&stream, accepted + REQUEST_DEADLINE) {
         Ok(r) => r,
         Err(message) => {
             shared
@@ -332,6 +490,24 @@ fn serve(mut stream: UnixStream, shared: &Shared) {
                 let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
                 return;
             }
+            // Take a query slot (only while one is free), or answer busy.
+            let taken =
+                shared
+                    .stats
+                    .running
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                        (n < shared.max_queries).then_some(n + 1)
+                    });
+            if taken.is_err() {
+                shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
+                let message = format!(
+                    "{} queries are running (MaxConcurrentQueries); try again",
+                    shared.max_queries
+                );
+                let _ = writeln!(stream, "{}", error_line(ErrorCode::Busy, &message));
+                return;
+            }
+            let _slot = Slot(&shared.stats.running);
             shared.stats.served.fetch_add(1, Ordering::Relaxed);
             match run_query(&mut stream, shared, filter, follow) {
                 // The client is still there (a store that cannot be read,
@@ -374,16 +550,54 @@ fn check_filter(filter: &Filter, follow: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn read_request(stream: &UnixStream) -> Result<Request, String> {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut line = String::new();
-    let mut reader = BufReader::new(stream.take(REQUEST_BYTES_MAX as u64 + 1));
-    reader
-        .read_line(&mut line)
-        .map_err(|e| format!("reading the request: {e}"))?;
+/// Reads the request line, which must be complete by `deadline` (each
+/// read waits at most until then) and at most [`REQUEST_BYTES_MAX`] bytes.
+/// Bytes after the newline are ignored. A client that closes its end after
+/// the request without a newline is taken as having sent it whole.
+fn read_request(stream: &UnixStream, deadline: Instant) -> Result<Request, String> {
+    let mut line: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "no complete request line within {} s of connecting",
+                REQUEST_DEADLINE.as_secs()
+            ));
+        }
+        stream
+            .set_read_timeout(Some(left))
+            .map_err(|e| format!("reading the request: {e}"))?;
+        let n = match (&*stream).read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue; // the deadline is checked at the top
+            }
+            Err(e) => return Err(format!("reading the request: {e}")),
+        };
+        match chunk[..n].iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                line.extend_from_slice(&chunk[..i]);
+                break;
+            }
+            None => line.extend_from_slice(&chunk[..n]),
+        }
+        if line.len() > REQUEST_BYTES_MAX {
+            break;
+        }
+    }
     if line.len() > REQUEST_BYTES_MAX {
         return Err(format!("request longer than {REQUEST_BYTES_MAX} bytes"));
     }
+    let line = String::from_utf8_lossy(&line);
     if line.trim().is_empty() {
         return Err("empty request: send one JSON object on one line".to_string());
     }
@@ -396,8 +610,7 @@ fn run_query(
     filter: Filter,
     follow: bool,
 ) -> std::io::Result<()> {
-    // A client that stops reading gets its query ended, not a slot forever.
-    stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    let (after, gaps_after) = (filter.after, filter.gaps_after);
     let mut out = std::io::BufWriter::new(stream.try_clone()?);
     // Follow: what exists now is listed first, then what commits later.
     let follower = if follow {
@@ -413,7 +626,7 @@ fn run_query(
         Some(shared.pool.clone()),
     )?;
     let mut count = 0u64;
-    let mut last = None;
+    let mut last: Option<Cursor> = None;
     while let Some(row) = fan.next_event() {
         last = Some(row.cursor());
         count += 1;
@@ -423,16 +636,31 @@ fn run_query(
             return Ok(());
         }
     }
-    for gap in fan.gaps() {
+    // Gaps are streamed like events, with their own cursor and limit.
+    let mut gaps = 0u64;
+    let mut last_gap: Option<GapCursor> = None;
+    while let Some(gap) = fan.next_gap() {
+        last_gap = Some(gap.cursor());
+        gaps += 1;
         writeln!(out, "{}", serde_json::json!({ "gap": gap }))?;
+        if gaps % 1024 == 0 && peer_gone(stream) {
+            return Ok(());
+        }
     }
     for warning in &fan.warnings {
         writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
     }
     drop(fan);
     let Some(mut follower) = follower else {
-        let end =
-            serde_json::json!({ "end": { "count": count, "cursor": last.map(|c| c.token()) } });
+        // Each cursor is where its listing stands: the last row sent, or
+        // where the request started when this page sent none (so that an
+        // exhausted listing stays exhausted on the next page).
+        let end = serde_json::json!({ "end": {
+            "count": count,
+            "cursor": last.or(after).map(|c| c.token()),
+            "gaps": gaps,
+            "gap_cursor": last_gap.or(gaps_after).map(|c| c.token()),
+        } });
         writeln!(out, "{end}")?;
         return out.flush();
     };

@@ -73,6 +73,8 @@ pub struct SyslogStats {
     /// Not even the fields fitted a record (never with the default rings).
     pub rejected_too_large: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// Stream connections refused because their uid held its share.
+    pub rejected_connections_share: AtomicU64,
     /// Received while eventd was stopping (the drains are about to stop).
     pub rejected_stopping: AtomicU64,
     /// The ring refused the event (contended, or lapped mid-write).
@@ -350,12 +352,7 @@ impl SyslogListener {
                     .try_clone_to_owned()
                     .map_err(err)?,
             );
-            let shared = Arc::new(stream::Shared {
-                stats: stats.clone(),
-                stop: stop.clone(),
-                connections: AtomicU64::new(0),
-                threads: std::sync::Mutex::new(Vec::new()),
-            });
+            let shared = Arc::new(stream::Shared::new(stats.clone(), stop.clone()));
             listener.stream = Some(shared.clone());
             let ingest = ingest.clone();
             let thread = std::thread::Builder::new()

@@ -7,9 +7,17 @@
 //! A frame longer than [`FRAME_BYTES_MAX`] is cut (the rest is read and
 //! dropped) and stored with its length. The sender's credentials are the
 //! connection's (SO_PEERCRED), read once at accept.
+//!
+//! Bounds: at most [`CONNECTIONS_MAX`] connections at once, and at most
+//! [`CONNECTIONS_PER_UID_MAX`] of them from one uid (root excepted, see
+//! there); a connection past either is closed at accept and counted
+//! (`rejected_connections`, `rejected_connections_share`). Each holds one
+//! thread and a [`FRAME_BYTES_MAX`] buffer, and is closed after
+//! [`IDLE_MAX`] without data.
 
 use super::record::{Credentials, Ingest, Transport};
 use super::SyslogStats;
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +28,15 @@ use std::time::Duration;
 pub const FRAME_BYTES_MAX: usize = 64 << 10;
 /// Connections served at once; more are closed at accept (and counted).
 pub const CONNECTIONS_MAX: u64 = 256;
+/// Connections one uid may hold at once, so that one user cannot take
+/// every slot; more from it are closed at accept (and counted). Root is
+/// held to [`CONNECTIONS_MAX`] only: its services are the host's own
+/// loggers (which on a busy host may well keep more than a share of
+/// connections open), and a root process can stop eventd anyway, so a share
+/// would protect nothing from it. Connections without credentials share one
+/// budget, under uid `u32::MAX`.
+pub const CONNECTIONS_PER_UID_MAX: u32 = 32;
+const _: () = assert!((CONNECTIONS_PER_UID_MAX as u64) < CONNECTIONS_MAX);
 /// How often a blocked read looks at the stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(500);
 /// A connection that sends nothing for this long is closed (its slot is
@@ -30,8 +47,64 @@ pub(super) struct Shared {
     pub stats: Arc<SyslogStats>,
     pub stop: Arc<AtomicBool>,
     pub connections: AtomicU64,
+    /// Connections open now per uid (an entry goes when its count reaches
+    /// 0, so there are at most [`CONNECTIONS_MAX`] entries). Only the
+    /// accept thread adds; connection threads subtract as they end.
+    pub per_uid: std::sync::Mutex<HashMap<u32, u32>>,
     /// Connection threads, joined at stop.
     pub threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Shared {
+    pub(super) fn new(stats: Arc<SyslogStats>, stop: Arc<AtomicBool>) -> Shared {
+        Shared {
+            stats,
+            stop,
+            connections: AtomicU64::new(0),
+            per_uid: std::sync::Mutex::new(HashMap::new()),
+            threads: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn shares(&self) -> std::sync::MutexGuard<'_, HashMap<u32, u32>> {
+        // Counts are whole after every update; nothing is left half-done.
+        self.per_uid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes one of `uid`'s share, unless it holds its whole share.
+    fn take_share(&self, uid: u32) -> bool {
+        let mut shares = self.shares();
+        let held = shares.entry(uid).or_insert(0);
+        if uid != 0 && *held >= CONNECTIONS_PER_UID_MAX {
+            return false;
+        }
+        *held += 1;
+        true
+    }
+
+    fn give_share_back(&self, uid: u32) {
+        let mut shares = self.shares();
+        if let Some(held) = shares.get_mut(&uid) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                shares.remove(&uid);
+            }
+        }
+    }
+}
+
+/// Gives a connection's slot and share back when its thread ends (or when
+/// the thread could not be started).
+struct Admitted<'a> {
+    shared: &'a Shared,
+    uid: u32,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.shared.give_share_back(self.uid);
+        self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Shared>) {
@@ -47,24 +120,39 @@ pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Sh
                 continue;
             }
         };
+        let creds = peer(&stream);
+        let uid = creds.map_or(u32::MAX, |c| c.uid);
+        // The uid's share first: a uid over it is refused for that reason
+        // even when the total is also reached.
+        if !shared.take_share(uid) {
+            shared
+                .stats
+                .rejected_connections_share
+                .fetch_add(1, Ordering::Relaxed);
+            continue; // dropping the stream closes it
+        }
         let taken = shared
             .connections
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < CONNECTIONS_MAX).then_some(n + 1)
             });
         if taken.is_err() {
+            shared.give_share_back(uid);
             shared
                 .stats
                 .rejected_connections
                 .fetch_add(1, Ordering::Relaxed);
-            continue; // dropping the stream closes it
+            continue;
         }
         let (ingest, inner) = (ingest.clone(), shared.clone());
         let spawned = std::thread::Builder::new()
             .name("syslog-stream".into())
             .spawn(move || {
-                serve(stream, ingest, &inner);
-                inner.connections.fetch_sub(1, Ordering::AcqRel);
+                let _admitted = Admitted {
+                    shared: &inner,
+                    uid,
+                };
+                serve(stream, creds, ingest, &inner);
             });
         let mut threads = shared.threads.lock().unwrap_or_else(|p| p.into_inner());
         // Finished connections are joined as new ones come: the list stays
@@ -73,7 +161,11 @@ pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Sh
         match spawned {
             Ok(t) => threads.push(t),
             Err(e) => {
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
+                // The closure was dropped unrun: give its slot back here.
+                drop(Admitted {
+                    shared: &shared,
+                    uid,
+                });
                 tracing::error!(error = %e, "syslog stream connection dropped: cannot start a thread");
             }
         }
@@ -104,8 +196,7 @@ fn peer(stream: &UnixStream) -> Option<Credentials> {
     })
 }
 
-fn serve(stream: UnixStream, mut ingest: Ingest, shared: &Shared) {
-    let creds = peer(&stream);
+fn serve(stream: UnixStream, creds: Option<Credentials>, mut ingest: Ingest, shared: &Shared) {
     let _ = stream.set_read_timeout(Some(STOP_CHECK));
     let mut reader = Frames::new(stream, &shared.stop);
     let mut frame = Vec::with_capacity(4096);
