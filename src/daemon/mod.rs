@@ -578,17 +578,16 @@ impl Daemon {
         reporter: crate::query::server::Reporter,
     ) -> Result<(), DaemonError> {
         let policy = self.state.policy;
-        let group = match policy.query {
-            access::Grant::Group(g) => Some(g),
-            _ => None,
-        };
         let query = crate::query::QueryServer::start(
-            &settings.run_dir,
-            &settings.store_dir,
-            settings.max_concurrent_queries,
-            crate::query::Access {
-                group,
-                everyone: policy.query == access::Grant::Everyone,
+            crate::query::server::ServerOptions {
+                run_dir: settings.run_dir.clone(),
+                store_dir: settings.store_dir.clone(),
+                max_queries: settings.max_concurrent_queries,
+                access: crate::query::Access {
+                    grant: policy.query,
+                },
+                mode: policy.mode(access::Kind::QuerySocket),
+                health: Some(self.state.health.clone()),
             },
             reporter,
             self.state.queries.clone(),
@@ -597,13 +596,6 @@ impl Daemon {
             path: settings.run_dir.clone(),
             source,
         })?;
-        // The socket's mode follows the query grant (the peer credentials
-        // decide in the end; the mode only keeps others from connecting).
-        access::files::set_mode_path(query.path(), policy.mode(access::Kind::QuerySocket))
-            .map_err(|source| DaemonError::Query {
-                path: query.path().to_path_buf(),
-                source,
-            })?;
         self.query = Some(query);
         if let Some(addr) = settings.metrics_listen {
             let state = self.state.clone();

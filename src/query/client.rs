@@ -14,13 +14,17 @@ pub fn call(
     mut each: impl FnMut(serde_json::Value) -> std::io::Result<bool>,
 ) -> std::io::Result<()> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // The shard files grant no more than the socket: no point in
+            // pointing at --offline.
+            "querying needs membership of eventd's QueryGroup (see docs/security.md)"
+        } else {
+            "is it running with this --data-dir? `eventctl query --offline` reads the shard \
+             files without it, for those who may read them"
+        };
         std::io::Error::new(
             e.kind(),
-            format!(
-                "cannot reach eventd at {}: {e} (is it running with this --data-dir? \
-                 `eventctl query --offline` reads the shard files without it)",
-                socket.display()
-            ),
+            format!("cannot reach eventd at {}: {e} ({hint})", socket.display()),
         )
     })?;
     let mut line = serde_json::to_string(request).map_err(std::io::Error::other)?;

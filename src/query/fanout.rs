@@ -205,6 +205,11 @@ pub struct FanOut {
     pool: Option<Arc<ConnectionPool>>,
     /// Shards that could not be read (named), beside the results.
     pub warnings: Vec<String>,
+    /// Of those, the ones whose error says the file itself is damaged
+    /// (corrupt pages, not a database, shorter than its pages): the query
+    /// server reports them so their writers move on (see
+    /// `store::StoreHealth`).
+    pub damaged: Vec<(PathBuf, String)>,
 }
 
 /// Idle read-only connections to shard databases, kept between queries by
@@ -319,6 +324,7 @@ impl FanOut {
             gaps_returned: 0,
             pool,
             warnings: Vec::new(),
+            damaged: Vec::new(),
         };
         for path in paths {
             // A kept connection was checked when it was opened.
@@ -327,6 +333,9 @@ impl FanOut {
                 Ok(Some(conn)) => conn,
                 Ok(None) => continue,
                 Err(e) => {
+                    if crate::store::is_damage(&e) {
+                        fan.damaged.push((path.clone(), e.to_string()));
+                    }
                     fan.warnings
                         .push(format!("{}: not read: {e}", path.display()));
                     continue;
@@ -393,6 +402,9 @@ impl FanOut {
             if let Err(e) = self.fetch_page(i) {
                 let s = &mut self.shards[i];
                 s.events.exhausted = true;
+                if crate::store::is_damage(&e) {
+                    self.damaged.push((s.path.clone(), e.to_string()));
+                }
                 self.warnings
                     .push(format!("{}: stopped answering: {e}", s.path.display()));
             }
@@ -414,6 +426,9 @@ impl FanOut {
             if let Err(e) = self.fetch_gap_page(i) {
                 let s = &mut self.shards[i];
                 s.gaps.exhausted = true;
+                if crate::store::is_damage(&e) {
+                    self.damaged.push((s.path.clone(), e.to_string()));
+                }
                 self.warnings
                     .push(format!("{}: gaps not read: {e}", s.path.display()));
             }

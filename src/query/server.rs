@@ -33,10 +33,8 @@ use super::filter::Filter;
 use super::filter::{Cursor, GapCursor};
 use super::follow::Follower;
 use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,10 +56,9 @@ pub const REPORT_CONNECTIONS: u64 = 4;
 /// drops) before answering it: a whole request, and one more buffer.
 const REFUSAL_READ_BYTES_MAX: usize = REQUEST_BYTES_MAX + REFUSAL_READ_BYTES;
 const REFUSAL_READ_BYTES: usize = 4096;
-/// How long a user's group membership, once looked up, is trusted.
-pub const MEMBERSHIP_TTL: Duration = Duration::from_secs(5);
-/// Users whose membership is kept at once; the cache is emptied when full.
-pub const MEMBERSHIP_ENTRIES: usize = 256;
+/// Supplementary groups of a peer read at most (the kernel's limit is
+/// 65536; a peer with more is judged by the first ones).
+const PEER_GROUPS_MAX: usize = 4096;
 /// Refusals logged per second at most (the rest are counted only).
 const REFUSAL_LOGS_PER_SECOND: u32 = 4;
 
@@ -69,116 +66,53 @@ const REFUSAL_LOGS_PER_SECOND: u32 = 4;
 /// the query code never reaches into the writers).
 pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
 
-/// Who may read events.
+/// Who may read events: root, eventd's own user, and whoever the query
+/// grant names (a group, or every local user).
 #[derive(Debug, Clone)]
 pub struct Access {
-    /// Members of this group (primary or supplementary) may read.
-    pub group: Option<libc::gid_t>,
-    /// Every local user may read (`QueryGroup = "*"`).
-    pub everyone: bool,
+    pub grant: crate::access::Grant,
 }
 
 impl Access {
-    /// Root, the daemon's own user, and members of the group.
-    pub fn allows(&self, uid: libc::uid_t, gid: libc::gid_t) -> bool {
-        self.decide(uid, gid, user_in_group)
+    /// Whether a peer with these credentials may read events. Group
+    /// membership is the peer's own supplementary groups as the kernel
+    /// gave them at connect (SO_PEERGROUPS), the same groups the kernel
+    /// checks when that process opens a shard file: no user or group
+    /// database is read, and what the socket allows is what the files allow.
+    pub fn allows(&self, uid: libc::uid_t, gid: libc::gid_t, groups: &[libc::gid_t]) -> bool {
+        self.grant.allows(uid, gid, groups)
     }
+}
 
-    /// [`allows`](Self::allows), asking `in_group(uid, gid, group)` only when
-    /// the ids alone do not decide.
-    fn decide(
-        &self,
-        uid: libc::uid_t,
-        gid: libc::gid_t,
-        in_group: impl FnOnce(libc::uid_t, libc::gid_t, libc::gid_t) -> bool,
-    ) -> bool {
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if uid == 0 || uid == me || self.everyone {
-            return true;
+/// The peer's supplementary groups (SO_PEERGROUPS), as they were when it
+/// connected; empty if the kernel cannot say.
+fn peer_groups(stream: &UnixStream) -> Vec<libc::gid_t> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` has room for `len` bytes; the kernel writes at
+        // most that and sets `len` to what it wrote (or, with ERANGE, to
+        // what it needs).
+        let rc = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return groups;
         }
-        match self.group {
-            Some(g) => gid == g || in_group(uid, gid, g),
-            None => false,
+        let range = std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE);
+        if !range || n <= groups.len() || groups.len() >= PEER_GROUPS_MAX {
+            return Vec::new();
         }
+        groups.resize(n.min(PEER_GROUPS_MAX), 0);
     }
-}
-
-/// Group memberships looked up recently, owned by the accept thread: keyed
-/// by (uid, primary gid), each trusted for [`MEMBERSHIP_TTL`]. At most
-/// [`MEMBERSHIP_ENTRIES`] are kept; when full, the cache is emptied (a
-/// flood of distinct uids then costs a lookup each, as it did without a
-/// cache).
-struct Memberships {
-    seen: HashMap<(libc::uid_t, libc::gid_t), (Instant, bool)>,
-}
-
-impl Memberships {
-    fn new() -> Self {
-        Memberships {
-            seen: HashMap::new(),
-        }
-    }
-
-    fn allows(&mut self, access: &Access, uid: libc::uid_t, gid: libc::gid_t) -> bool {
-        access.decide(uid, gid, |uid, gid, group| {
-            let now = Instant::now();
-            if let Some(&(at, member)) = self.seen.get(&(uid, gid)) {
-                if now.duration_since(at) < MEMBERSHIP_TTL {
-                    return member;
-                }
-            }
-            let member = user_in_group(uid, gid, group);
-            if self.seen.len() >= MEMBERSHIP_ENTRIES {
-                self.seen.clear();
-            }
-            self.seen.insert((uid, gid), (now, member));
-            member
-        })
-    }
-}
-
-/// The group id of `name`, if it exists.
-pub fn group_id(name: &str) -> Option<libc::gid_t> {
-    let name = std::ffi::CString::new(name).ok()?;
-    let mut grp: libc::group = unsafe_zeroed_group();
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let mut result: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call; buf's length is passed.
-    let rc = unsafe {
-        libc::getgrnam_r(
-            name.as_ptr(),
-            &mut grp,
-            buf.as_mut_ptr(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    (rc == 0 && !result.is_null()).then_some(grp.gr_gid)
-}
-
-fn unsafe_zeroed_group() -> libc::group {
-    // SAFETY: libc::group is plain data (pointers and ids); all-zero is a
-    // valid value that getgrnam_r overwrites.
-    unsafe { std::mem::zeroed() }
-}
-
-/// Whether user `uid` (primary group `gid`) has `group` among its groups.
-fn user_in_group(uid: libc::uid_t, gid: libc::gid_t, group: libc::gid_t) -> bool {
-    // SAFETY: as for `group`: plain data, overwritten by getpwuid_r.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16 << 10];
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: valid pointers, buf's length passed.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result) };
-    if rc != 0 || result.is_null() {
-        return false;
-    }
-    let mut groups = vec![0 as libc::gid_t; 256];
-    let mut n = groups.len() as libc::c_int;
-    // SAFETY: pw_name points into buf, alive here; n is the array length.
-    let rc = unsafe { libc::getgrouplist(pwd.pw_name, gid, groups.as_mut_ptr(), &mut n) };
-    rc >= 0 && groups[..n.max(0) as usize].contains(&group)
 }
 
 /// The peer's (pid, uid, gid).
@@ -239,6 +173,7 @@ pub struct QueryStats {
 
 struct Shared {
     store_dir: PathBuf,
+    health: Option<Arc<crate::store::StoreHealth>>,
     access: Access,
     max_queries: u64,
     /// MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
@@ -258,38 +193,49 @@ impl Drop for Slot<'_> {
     }
 }
 
+/// Where and how a query server serves.
+pub struct ServerOptions {
+    pub run_dir: PathBuf,
+    pub store_dir: PathBuf,
+    /// MaxConcurrentQueries.
+    pub max_queries: u64,
+    pub access: Access,
+    /// The socket's mode and group.
+    pub mode: crate::access::Mode,
+    /// The daemon's record of damaged shard files: every answer warns of
+    /// them, and damage a query finds is reported there.
+    pub health: Option<Arc<crate::store::StoreHealth>>,
+}
+
 impl QueryServer {
-    /// Listens on `run_dir/query.sock` (mode 0660, group `access.group`).
+    /// Listens on `run_dir/query.sock`, given `mode` (its group and bits
+    /// follow the query grant; the peer's credentials decide in the end, the
+    /// mode only keeps everyone else from connecting at all). The daemon
+    /// runs with a 077 umask, so the socket is private between its bind and
+    /// its chmod.
     pub fn start(
-        run_dir: &Path,
-        store_dir: &Path,
-        max_queries: u64,
-        access: Access,
+        options: ServerOptions,
         reporter: Reporter,
         stats: Arc<QueryStats>,
     ) -> std::io::Result<QueryServer> {
+        let ServerOptions {
+            run_dir,
+            store_dir,
+            max_queries,
+            access,
+            mode,
+            health,
+        } = options;
         let path = run_dir.join("query.sock");
         // The data-directory lock is held, so a socket file left here is a
         // dead daemon's.
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o660))?;
-        if let Some(gid) = access.group {
-            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-                .map_err(std::io::Error::other)?;
-            // SAFETY: a valid C path; -1 keeps the owner.
-            if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
-                tracing::warn!(
-                    socket = %path.display(),
-                    gid,
-                    error = %std::io::Error::last_os_error(),
-                    "cannot give the query socket to the query group"
-                );
-            }
-        }
+        crate::access::files::set_mode_path(&path, mode)?;
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
-            store_dir: store_dir.to_path_buf(),
+            store_dir,
+            health,
             access,
             max_queries,
             max_connections: max_queries.saturating_add(REPORT_CONNECTIONS),
@@ -331,14 +277,13 @@ impl Drop for QueryServer {
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    let mut memberships = Memberships::new();
     let mut log = RefusalLog::default();
     for stream in listener.incoming() {
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
         match stream {
-            Ok(s) => admit(s, &shared, &mut memberships, &mut log),
+            Ok(s) => admit(s, &shared, &mut log),
             Err(e) => {
                 tracing::warn!(error = %e, "query socket: accept failed");
                 // Bounded: do not spin on a persistent error.
@@ -350,12 +295,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
 
 /// Decides, in the accept thread, whether a connection gets a thread: a
 /// denied peer, or one past the connection-thread cap, is answered here.
-fn admit(
-    stream: UnixStream,
-    shared: &Arc<Shared>,
-    memberships: &mut Memberships,
-    log: &mut RefusalLog,
-) {
+fn admit(stream: UnixStream, shared: &Arc<Shared>, log: &mut RefusalLog) {
     let accepted = Instant::now();
     let (pid, uid, gid) = match peer_credentials(&stream) {
         Ok(c) => c,
@@ -364,7 +304,7 @@ fn admit(
             return;
         }
     };
-    if !memberships.allows(&shared.access, uid, gid) {
+    if !shared.access.allows(uid, gid, &peer_groups(&stream)) {
         shared.stats.refused_denied.fetch_add(1, Ordering::Relaxed);
         if log.allow(accepted) {
             tracing::info!(
@@ -649,6 +589,24 @@ fn run_query(
     }
     for warning in &fan.warnings {
         writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
+    }
+    if let Some(health) = &shared.health {
+        for (path, why) in &fan.damaged {
+            health.report_corrupt(path, why);
+        }
+        // Every damaged file eventd knows of, whether or not this query
+        // met it: what it holds may be missing from every answer.
+        for d in health.damaged() {
+            let instead = d.replaced_by.as_ref().map_or(String::new(), |n| {
+                format!("; its shard writes {} instead", n.display())
+            });
+            let warning = format!(
+                "{} is damaged ({}); it is left as it is and what it holds may be missing{instead}",
+                d.path.display(),
+                d.reason
+            );
+            writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
+        }
     }
     drop(fan);
     let Some(mut follower) = follower else {
