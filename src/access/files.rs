@@ -68,6 +68,7 @@ pub fn ensure_dir(path: &Path, mode: Mode) -> Result<(), DirError> {
         path: path.to_path_buf(),
         source,
     };
+    let made = !path.exists();
     std::fs::create_dir_all(path).map_err(io)?;
     // The directory itself may be a symlink an operator made (a data
     // directory on another disk): its target is what is checked.
@@ -99,7 +100,12 @@ pub fn ensure_dir(path: &Path, mode: Mode) -> Result<(), DirError> {
         }
         return Ok(());
     }
-    apply(path, &meta, mode, me == 0 && meta.uid() != me).map_err(io)
+    let take = me == 0 && meta.uid() != me;
+    if made {
+        // Made just now (private, by the umask): nothing to report.
+        return set(path, &meta, mode, take).map(|_| ()).map_err(io);
+    }
+    apply(path, &meta, mode, take).map_err(io)
 }
 
 /// Checks a file eventd found in one of its directories and, if it is

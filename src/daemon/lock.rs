@@ -99,6 +99,15 @@ impl DataDirLock {
             path: path.clone(),
             source,
         };
+        // Readable by all, as pid files are (eventd's umask made it private).
+        crate::access::files::set_mode_fd(
+            &file,
+            crate::access::Mode {
+                bits: 0o644,
+                group: None,
+            },
+        )
+        .map_err(io)?;
         let old = std::fs::read_to_string(&path).map_err(io)?;
         let previous = match old.split_whitespace().nth(1) {
             None if old.trim().is_empty() => PreviousRun::Clean,
