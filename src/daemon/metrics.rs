@@ -286,8 +286,15 @@ fn syslog(e: &mut Exposition, state: &DaemonState) {
         ),
         (
             "eventd_syslog_stored_total",
-            "Syslog messages written into a ring (malformed and truncated ones included).",
+            "Syslog messages written into eventd's own syslog ring (malformed and truncated \
+             ones included).",
             &y.stored,
+        ),
+        (
+            "eventd_syslog_dropped_total",
+            "Syslog messages received and not kept (the syslog ring stayed full while the \
+             store could not commit); recorded as dropped gaps.",
+            &y.dropped,
         ),
         (
             "eventd_syslog_malformed_total",

@@ -9,10 +9,9 @@
 //!   without a thread: what it already sent is read without blocking (so
 //!   that closing does not reset the connection before the answer is
 //!   read), the one line is written without blocking, and the connection
-//!   is closed. Group memberships of users that are not root, eventd's own
-//!   user or in the group by their primary gid are looked up once and kept
-//!   for [`MEMBERSHIP_TTL`] (at most [`MEMBERSHIP_ENTRIES`] users), so a
-//!   flood from one user costs one passwd and group read every few seconds.
+//!   is closed. Group membership is the peer's own supplementary groups as
+//!   the kernel recorded them at connect (SO_PEERGROUPS): no user or group
+//!   database is read, so a flood costs two system calls per connection.
 //! - **Connection threads.** At most MaxConcurrentQueries +
 //!   [`REPORT_CONNECTIONS`] connections have a thread at once (waiting for
 //!   their request, running a query or answering a report). Beyond that
