@@ -259,8 +259,18 @@ impl DrainThread {
             naps = 0;
             if self.ring.faulted() {
                 // The file shrank while the item was read: it may come from
-                // the zeroed stand-in memory. Dropped; the ring is replaced
-                // and the loss recorded.
+                // the zeroed stand-in memory, so it is not trusted. An
+                // event's sequence number is recorded as lost with the
+                // ring (a gap read from zeros could claim anything, and is
+                // dropped); then the ring is replaced.
+                if let RingItem::Event { seq, .. } = item {
+                    let lost = Gap {
+                        from_seq: seq,
+                        to_seq: seq,
+                        reason: LossReason::RingLost,
+                    };
+                    self.send_gap(lost, after)?;
+                }
                 self.check_health(false)?;
                 continue;
             }
