@@ -735,7 +735,7 @@ fn open_active_shard(
         Err(e @ (StoreError::Damaged { .. } | StoreError::Untrusted { .. })) => e.to_string(),
         Err(e) => return Err(e.into()),
     };
-    let next = store::next_shard_path(store_dir, j);
+    let next = store::next_shard_path(store_dir, j, &path);
     let conn = store::open_shard_with(&next, mode)?;
     tracing::error!(
         shard = %path.display(),

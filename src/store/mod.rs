@@ -134,9 +134,36 @@ pub fn shard_path(store_dir: &Path, index: usize) -> PathBuf {
     )
 }
 
-/// The file shard `index` moves on to when its newest one is damaged.
-pub fn next_shard_path(store_dir: &Path, index: usize) -> PathBuf {
-    let next = newest_generation(store_dir, index).map_or(1, |g| g.saturating_add(1));
+/// The file shard `index` moves on to when `current` (the file it writes
+/// now, which may be gone already) is damaged: the generation after
+/// `current`'s and after every generation that still has a file in the
+/// store, its database or a `-wal` or `-shm` file left behind. So a name is
+/// never used twice: a database made at the name of a removed one whose WAL
+/// is still there would take that WAL's pages for its own.
+pub fn next_shard_path(store_dir: &Path, index: usize, current: &Path) -> PathBuf {
+    let in_store = std::fs::read_dir(store_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let database = name
+                .strip_suffix("-wal")
+                .or_else(|| name.strip_suffix("-shm"))
+                .unwrap_or(&name);
+            shard_name(database)
+        })
+        .filter(|(i, _)| *i == index)
+        .map(|(_, g)| g);
+    let current = current
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(shard_name)
+        .map(|(_, g)| g);
+    let next = in_store
+        .chain(current)
+        .max()
+        .map_or(1, |g| g.saturating_add(1));
     shard_generation_path(store_dir, index, next.max(2))
 }
 
@@ -471,6 +498,35 @@ mod tests {
         assert!(e.contains("shard-002.db") && e.contains("newer"), "{e}");
         let after = (std::fs::read(&path).unwrap(), std::fs::read(&wal).unwrap());
         assert!(after == before, "the database or its WAL changed");
+    }
+
+    #[test]
+    fn a_generation_gone_but_for_its_wal_or_given_up_is_never_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = shard_generation_path(dir.path(), 0, 1);
+        assert_eq!(
+            next_shard_path(dir.path(), 0, &first),
+            shard_generation_path(dir.path(), 0, 2)
+        );
+        // The second generation's database was removed; its WAL is left.
+        let second = shard_generation_path(dir.path(), 0, 2);
+        std::fs::write(side_file(&second, "-wal"), b"frames").unwrap();
+        assert_eq!(
+            next_shard_path(dir.path(), 0, &second),
+            shard_generation_path(dir.path(), 0, 3)
+        );
+        // Nothing of the third is left at all: it was the file given up.
+        let third = shard_generation_path(dir.path(), 0, 3);
+        assert_eq!(
+            next_shard_path(dir.path(), 0, &third),
+            shard_generation_path(dir.path(), 0, 4)
+        );
+        // Other shards' files do not count.
+        std::fs::write(shard_generation_path(dir.path(), 1, 9), b"").unwrap();
+        assert_eq!(
+            next_shard_path(dir.path(), 0, &third),
+            shard_generation_path(dir.path(), 0, 4)
+        );
     }
 
     #[test]

@@ -383,7 +383,7 @@ impl ShardWriter {
     /// shard's next generation. The damaged file is left as it is: not even
     /// the checkpoint a close makes is written into it.
     fn move_on(&mut self, why: &str) -> Result<(), StoreError> {
-        let next = super::next_shard_path(&self.shared.store_dir, self.index);
+        let next = super::next_shard_path(&self.shared.store_dir, self.index, &self.path);
         let conn = super::open_shard_with(&next, self.shared.mode)?;
         let _ = self.conn.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,

@@ -45,7 +45,13 @@ impl Eventd {
     }
 
     pub fn start_with(data: &Path, config: Option<&Path>, extra: &[&str]) -> Eventd {
-        let (mut cmd, log) = command(data, config, extra);
+        let (cmd, log) = command(data, config, extra);
+        Self::spawn(cmd, log, data)
+    }
+
+    /// Starts eventd from a command made by [`command`] (and changed by the
+    /// caller: a umask, say) and waits until it has written its pid.
+    pub fn spawn(mut cmd: Command, log: PathBuf, data: &Path) -> Eventd {
         let mut child = cmd.spawn().unwrap();
         let pid_file = data.join("run/eventd.pid");
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -80,6 +86,11 @@ impl Eventd {
         assert!(log.contains("stopped"), "{log}");
     }
 
+    /// Whether the process is still running (it has not exited on its own).
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     pub fn kill(mut self) {
         signal(&self.child, libc::SIGKILL);
         self.child.wait().unwrap();
@@ -93,6 +104,25 @@ impl Drop for Eventd {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+/// Runs a command made by [`command`] that is expected to exit at start-up;
+/// its exit status and log. One that is still running after 30 s is killed
+/// and the test fails, with the log.
+pub fn exit_at_start(mut cmd: Command, log: &Path) -> (std::process::ExitStatus, String) {
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, read(log));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("eventd did not exit at start-up:\n{}", read(log));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
