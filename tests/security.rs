@@ -1164,3 +1164,68 @@ fn a_shard_file_cut_or_removed_while_running_is_given_up_for_a_new_one() {
     eventd.stop();
     assert_eq!(std::fs::metadata(generation(1)).unwrap().len(), half);
 }
+
+#[test]
+fn a_damaged_shard_is_never_written_again_even_after_its_successor_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "StorageShards = 1\n");
+    let store = data.join("store");
+    let (first, second) = (store.join("shard-000.db"), store.join("shard-000-g2.db"));
+    let eventd = Eventd::start(&data, Some(&cfg));
+    fill_until_checkpointed(&data, &first);
+    // Scribbled in the middle: the quick check at open would not see it
+    // (the right edges of the b-trees are intact), only a reader does.
+    std::thread::sleep(Duration::from_millis(200));
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .unwrap();
+        f.seek(SeekFrom::Start(64 << 10)).unwrap();
+        f.write_all(&vec![0xA5; 128 << 10]).unwrap();
+    }
+    let _ = query(&data, &[]);
+    emit_until_exists(&data, "after the scribble", &second);
+    eventd.stop();
+    let marker = store.join("shard-000.db.damaged");
+    assert!(
+        std::fs::read_to_string(&marker).is_ok_and(|t| t.contains("corrupt")),
+        "the damage is recorded beside the file"
+    );
+    let damaged_bytes = std::fs::read(&first).unwrap();
+
+    // The successor vanishes while eventd is stopped: the next start must
+    // not go back to the damaged file, whose quick check would pass.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(side(&second, suffix));
+    }
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let stats = eventctl_json(&data, "stats");
+    let active = PathBuf::from(stats["stats"]["shards"][0]["path"].as_str().unwrap());
+    assert_ne!(active, first, "the damaged file is written again");
+    emit_all(&data, "later", &numbered("later", 50));
+    wait_until("the later events in a new file", || {
+        readable(&active)
+            .0
+            .iter()
+            .filter(|e| e.3.starts_with("later"))
+            .count()
+            >= 50
+    });
+    let damaged = stats["stats"]["damaged_shard_files"].as_array().unwrap();
+    assert!(
+        damaged
+            .iter()
+            .any(|d| d["path"] == first.display().to_string()
+                && d["reason"].as_str().unwrap().contains("corrupt")),
+        "{stats}"
+    );
+    eventd.stop();
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        damaged_bytes,
+        "written again"
+    );
+}

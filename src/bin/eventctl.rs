@@ -340,8 +340,14 @@ fn run_emit(settings: &Settings, args: EmitArgs) -> anyhow::Result<()> {
         serde_json::Value::Object(fields).to_string()
     };
     let kmes = &settings.kmes_dir;
-    let emitter = Emitter::open(kmes)
-        .with_context(|| format!("no rings in {} (is eventd running there?)", kmes.display()))?;
+    let emitter = Emitter::open(kmes).map_err(|e| match e {
+        // Says all there is to say (who may emit, and the way everyone may).
+        e @ eventd::rings::RingError::NotAProducer { .. } => anyhow::Error::new(e),
+        other => anyhow::Error::new(other).context(format!(
+            "no rings in {} (is eventd running there?)",
+            kmes.display()
+        )),
+    })?;
     // SAFETY: getpid, gettid and getuid have no preconditions.
     let (pid, tid, uid) = unsafe { (libc::getpid(), libc::gettid(), libc::getuid()) };
     let emit = |message: &str| -> Result<(), EmitRingError> {

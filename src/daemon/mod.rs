@@ -302,7 +302,11 @@ impl Daemon {
             connections.push(opened.conn);
             damaged.extend(opened.damaged.map(|d| (d, j)));
         }
-        let health = Arc::new(StoreHealth::new(health_paths.clone()));
+        let health = Arc::new(StoreHealth::new(
+            health_paths.clone(),
+            &settings.store_dir,
+            shard_mode,
+        ));
         for (d, j) in damaged {
             health.mark_damaged(d, Some(j));
         }
@@ -724,7 +728,15 @@ fn open_active_shard(
     mode: access::Mode,
 ) -> Result<ActiveFile, DaemonError> {
     let path = store::shard_path(store_dir, j);
-    let reason = match store::open_shard_with(&path, mode) {
+    let opened = match store::recorded_damage(&path) {
+        // Given up before (its marker says why): never written again.
+        Some(reason) => Err(StoreError::Damaged {
+            path: path.clone(),
+            reason: format!("found damaged before: {reason}"),
+        }),
+        None => store::open_shard_with(&path, mode),
+    };
+    let reason = match opened {
         Ok(conn) => {
             return Ok(ActiveFile {
                 path,

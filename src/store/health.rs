@@ -36,6 +36,9 @@ struct State {
 #[derive(Debug, Default)]
 pub struct StoreHealth {
     state: Mutex<State>,
+    /// The mode of the markers it writes beside damaged files (that of the
+    /// shard files).
+    mode: Option<crate::access::Mode>,
     /// Set while `suspects` is not empty: writers look at it after every
     /// commit, without the lock.
     suspected: AtomicBool,
@@ -46,13 +49,41 @@ pub struct StoreHealth {
 const DAMAGED_MAX: usize = 1024;
 
 impl StoreHealth {
-    pub fn new(active: Vec<PathBuf>) -> Self {
+    /// A record of a store whose active shards write `active`; damage is
+    /// recorded beside each damaged file in a marker of `mode` (see
+    /// [`super::record_damage`]), and the markers already in `store_dir`
+    /// are read in.
+    pub fn new(active: Vec<PathBuf>, store_dir: &Path, mode: crate::access::Mode) -> Self {
+        let damaged = super::recorded_damages(store_dir)
+            .into_iter()
+            .map(|(path, reason, found_at)| Damaged {
+                path,
+                reason,
+                found_at,
+                replaced_by: None,
+            })
+            .collect();
         StoreHealth {
             state: Mutex::new(State {
                 active,
+                damaged,
                 ..State::default()
             }),
+            mode: Some(mode),
             suspected: AtomicBool::new(false),
+        }
+    }
+
+    /// Writes `d`'s marker (see [`super::record_damage`]); says so if it
+    /// cannot (the damage is then only known until eventd stops).
+    fn record(&self, d: &Damaged) {
+        let Some(mode) = self.mode else { return };
+        if let Err(e) = super::record_damage(&d.path, &d.reason, mode) {
+            tracing::error!(
+                database = %d.path.display(),
+                error = %e,
+                "cannot write the damage marker; a later start may write this file again"
+            );
         }
     }
 
@@ -84,11 +115,20 @@ impl StoreHealth {
         s.suspects.retain(|(p, _)| p != &damaged.path);
         self.suspected
             .store(!s.suspects.is_empty(), Ordering::Relaxed);
-        if !s.damaged.iter().any(|d| d.path == damaged.path) {
-            if s.damaged.len() >= DAMAGED_MAX {
-                s.damaged.remove(0);
+        self.record(&damaged);
+        match s.damaged.iter_mut().find(|d| d.path == damaged.path) {
+            // Known from its marker: now with the file that replaced it.
+            Some(known) => {
+                if known.replaced_by.is_none() {
+                    known.replaced_by = damaged.replaced_by;
+                }
             }
-            s.damaged.push(damaged);
+            None => {
+                if s.damaged.len() >= DAMAGED_MAX {
+                    s.damaged.remove(0);
+                }
+                s.damaged.push(damaged);
+            }
         }
     }
 
@@ -119,12 +159,14 @@ impl StoreHealth {
             if s.damaged.len() >= DAMAGED_MAX {
                 s.damaged.remove(0);
             }
-            s.damaged.push(Damaged {
+            let damaged = Damaged {
                 path: path.to_path_buf(),
                 reason: format!("a query found it corrupt: {why}"),
                 found_at: crate::rings::now_ns(),
                 replaced_by: None,
-            });
+            };
+            self.record(&damaged);
+            s.damaged.push(damaged);
             return;
         }
         if s.suspects.len() < DAMAGED_MAX {

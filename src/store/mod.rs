@@ -150,6 +150,7 @@ pub fn next_shard_path(store_dir: &Path, index: usize, current: &Path) -> PathBu
             let database = name
                 .strip_suffix("-wal")
                 .or_else(|| name.strip_suffix("-shm"))
+                .or_else(|| name.strip_suffix(DAMAGE_SUFFIX))
                 .unwrap_or(&name);
             shard_name(database)
         })
@@ -165,6 +166,74 @@ pub fn next_shard_path(store_dir: &Path, index: usize, current: &Path) -> PathBu
         .max()
         .map_or(1, |g| g.saturating_add(1));
     shard_generation_path(store_dir, index, next.max(2))
+}
+
+/// What a damaged shard file's marker is called: `NAME.db` + this.
+const DAMAGE_SUFFIX: &str = ".damaged";
+
+/// The file beside a damaged shard file that records why it was given up,
+/// so that a later start never writes it again (the damaged file itself is
+/// never touched). Not a `*.db`: queries and recovery do not see it.
+pub fn damage_marker(path: &Path) -> PathBuf {
+    side_file(path, DAMAGE_SUFFIX)
+}
+
+/// Why `path` was found damaged before, if its marker says so.
+pub fn recorded_damage(path: &Path) -> Option<String> {
+    std::fs::read_to_string(damage_marker(path))
+        .ok()
+        .map(|text| text.trim().to_string())
+}
+
+/// Writes `path`'s damage marker (once: an existing one keeps the first
+/// reason), with `mode`, as a whole file renamed into place.
+pub fn record_damage(path: &Path, reason: &str, mode: crate::access::Mode) -> std::io::Result<()> {
+    let marker = damage_marker(path);
+    if marker.exists() {
+        return Ok(());
+    }
+    let tmp = side_file(&marker, ".new");
+    let _ = std::fs::remove_file(&tmp);
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        crate::access::files::set_mode_fd(&f, mode)?;
+        writeln!(f, "{reason}")?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, &marker)
+}
+
+/// Every shard file of the store that a marker records as damaged, with the
+/// reason and when the marker was written (ns since the Unix epoch).
+pub fn recorded_damages(store_dir: &Path) -> Vec<(PathBuf, String, i64)> {
+    let Ok(entries) = std::fs::read_dir(store_dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, String, i64)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let database = name.strip_suffix(DAMAGE_SUFFIX)?;
+            let path = store_dir.join(database);
+            let reason = recorded_damage(&path)?;
+            let at = e
+                .metadata()
+                .ok()?
+                .modified()
+                .ok()?
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_nanos()
+                .min(i64::MAX as u128) as i64;
+            Some((path, reason, at))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// Every `*.db` file in the store directory, sorted by name (R7: whatever

@@ -346,6 +346,9 @@ impl ShardWriter {
             }
             // Room goes back before the commit, not after it.
             self.rx.release_consumed();
+            // Damage found since the last commit (a reader's report, the
+            // file changed) sends this batch to a new file already.
+            self.check_file();
             if !self.batch.headers.is_empty() {
                 self.commit_with_retry()?;
             }
@@ -353,12 +356,11 @@ impl ShardWriter {
             // commit (one uncontended lock), since a channel kept full by
             // the drains may not have had room for its wakeup item.
             self.serve_control();
-            self.check_file();
         }
         Ok(())
     }
 
-    /// After a commit: is the file still whole and ours? A reader that
+    /// Before a commit: is the file still whole and ours? A reader that
     /// found it corrupt, or the file removed, replaced or cut shorter than
     /// its header says, all mean later commits would be lost to queries:
     /// the writer moves on to a new file.
