@@ -9,9 +9,10 @@
 //! tmpfs it mounts is seen by nobody else and goes away with it); see
 //! [`with_small_tmpfs`].
 //!
-//! Every test checks what the store says with [`check_sequences`]: for each
-//! ring epoch and cpu, every sequence number from 1 to the highest one seen
-//! is either exactly one stored event or inside exactly one stored gap.
+//! Every test that stores events checks the store with [`check_sequences`]:
+//! for each ring epoch and cpu, every sequence number from 1 to the highest
+//! one seen is either exactly one stored event or inside exactly one stored
+//! gap.
 #![cfg(not(loom))]
 
 mod common;
@@ -80,7 +81,7 @@ fn with_small_tmpfs(test: &str, size: &str, body: impl FnOnce(&Path, &Path)) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && stdout.contains("1 passed"),
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
         "{test} in its own mount namespace: {}\n--- its stdout ---\n{stdout}\n--- its stderr \
          ---\n{stderr}",
         out.status
@@ -163,8 +164,11 @@ fn emit_until_ok(
         failures.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
         assert!(
             since.elapsed() < within,
-            "no emit on cpu {cpu} succeeded within {within:?}; they said:\n{}",
-            failures.join("\n")
+            "no emit on cpu {cpu} succeeded within {within:?}; {} failed, the first and \
+             last said:\n{}\n{}",
+            failures.len(),
+            failures[0],
+            failures[failures.len() - 1]
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -217,8 +221,9 @@ impl Feeder {
         }
     }
 
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+    /// How the child ended, if it did.
+    fn ended(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// Stops feeding, closes the child's input and waits for it: the lines
@@ -311,7 +316,8 @@ fn ring_path(data: &Path, cpu: usize) -> PathBuf {
     data.join(format!("kmes/cpu-{cpu:03}.ring"))
 }
 
-/// Whether the file at `path` is a whole ring of the default size.
+/// Asserts that the file at `path` is a whole ring of the default size: its
+/// length and its magic.
 fn assert_whole_ring(path: &Path) {
     let meta = std::fs::metadata(path).unwrap();
     assert!(
@@ -578,9 +584,11 @@ fn ring_creation_on_a_full_disk_is_a_clear_error_not_sigbus() {
 // ---------------------------------------------------------------------------
 // 2 and 3. Ring files truncated, shrunk or replaced under the running daemon.
 
-/// Both CPU rings truncated to nothing while two producers write into them:
-/// nobody dies of SIGBUS, the daemon gives each ring up and makes it anew,
-/// the producers go on in the new rings, and the store accounts for every
+/// Both CPU rings truncated to nothing while two producers write into them
+/// (and a third bursts into cpu 0's, faster than its drain reads, so that
+/// the ring usually goes with events unread: a `ring_lost` gap): nobody
+/// dies of SIGBUS, the daemon gives each ring up and makes it anew, the
+/// producers go on in the new rings, and the store accounts for every
 /// sequence number of every epoch.
 #[test]
 fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
@@ -592,6 +600,16 @@ fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
         .map(|cpu| Feeder::start(&data, cpu, &format!("trunc{cpu}"), 5))
         .collect();
     std::thread::sleep(Duration::from_secs(1));
+    // A burst on cpu 0 just before the truncation, faster than the drain
+    // reads, so that the ring goes while it holds events not read yet.
+    let burst = {
+        let data = data.clone();
+        std::thread::spawn(move || {
+            let lines: Vec<String> = (0..100_000).map(|i| format!("burst-{i}")).collect();
+            emit_lines_on(&data, 0, &lines)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(400));
     let status = Command::new("truncate")
         .args(["-s", "0"])
         .arg(ring_path(&data, 0))
@@ -600,19 +618,39 @@ fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
         .unwrap();
     assert!(status.success());
     let truncated_at = Instant::now();
-    // The feeding goes on for a few seconds after the truncation.
+    // The feeding goes on for a few seconds after the truncation; whatever
+    // dies meanwhile is noted (all of it, for the failure's message).
+    let mut dead: Vec<Option<ExitStatus>> = vec![None; 3];
     while truncated_at.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(100));
-        assert_alive(&mut eventd);
         for (cpu, f) in feeders.iter_mut().enumerate() {
-            assert!(f.alive(), "the producer on cpu {cpu} died");
+            dead[cpu] = dead[cpu].or_else(|| f.ended());
         }
+        dead[2] = dead[2].or_else(|| eventd.child.try_wait().unwrap());
     }
+    let names = ["the producer on cpu 0", "the producer on cpu 1", "eventd"];
+    let died: Vec<String> = dead
+        .iter()
+        .zip(names)
+        .filter_map(|(status, name)| Some(format!("{name}: {}", (*status)?)))
+        .collect();
+    assert!(
+        died.is_empty(),
+        "died after the truncation: {}\n{}",
+        died.join("; "),
+        read(&eventd.log)
+    );
     for cpu in 0..2 {
         wait_until(&format!("cpu {cpu}'s ring replaced"), || {
             count(&ring_stats(&data, cpu)["replacements"]) >= 1
         });
     }
+    let burst = burst.join().unwrap();
+    assert_eq!(
+        burst.status.signal(),
+        None,
+        "the burst's producer: {burst:?}"
+    );
     let mut fed = Vec::new();
     for (cpu, f) in feeders.into_iter().enumerate() {
         let (sent, status, said) = f.finish();
@@ -623,8 +661,8 @@ fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
             "the producer on cpu {cpu} was killed: {status} {said}"
         );
         assert!(
-            status.code() == Some(0) || status.code() == Some(1),
-            "{status} {said}"
+            status.success() || (status.code() == Some(1) && said.contains("events not written")),
+            "the producer on cpu {cpu}: {status} {said}"
         );
         fed.push((sent, status.code(), said));
     }
@@ -651,7 +689,12 @@ fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
     let stored_fed: usize = (0..2)
         .map(|cpu| messages_of(&store, &format!("trunc{cpu}")).len())
         .sum();
-    eprintln!("fed {fed:?}; stored {stored_fed} of them; replacements {replacements:?}; {found:?}");
+    eprintln!(
+        "fed {fed:?}; stored {stored_fed} of them; burst: {:?}, {} stored; replacements \
+         {replacements:?}; {found:?}",
+        String::from_utf8_lossy(&burst.stderr).trim(),
+        messages_of(&store, "faults").len()
+    );
 }
 
 /// One ring file shrunk to half its size, another replaced by a file that
@@ -694,8 +737,10 @@ fn a_ring_shrunk_to_half_or_replaced_by_another_file_is_made_anew() {
     };
     let shrunk = retry(0, "after-shrink", shrunk_at);
     let replaced = retry(1, "after-replace", replaced_at);
-    let (shrunk_ok, shrunk_failures, shrunk_took) = shrunk.join().unwrap();
-    let (replaced_ok, replaced_failures, replaced_took) = replaced.join().unwrap();
+    // A retry thread's failure is this test's.
+    let joined = |t: JoinHandle<_>| t.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+    let (shrunk_ok, shrunk_failures, shrunk_took) = joined(shrunk);
+    let (replaced_ok, replaced_failures, replaced_took) = joined(replaced);
     wait_for_message(&store, &shrunk_ok);
     wait_for_message(&store, &replaced_ok);
     for cpu in 0..2 {
@@ -912,28 +957,20 @@ fn a_full_store_disk_does_not_hold_syslog_senders() {
             // SO_SNDTIMEO: a send that waits this long fails instead.
             let timeout = Duration::from_secs(5);
             sender.set_write_timeout(Some(timeout)).unwrap();
-            let (mut longest, mut timed_out) = (Duration::ZERO, 0usize);
+            let mut longest = Duration::ZERO;
             for i in 0..SENT {
                 let started = Instant::now();
                 let result = sender.send(format!("<13>fulldisk: message {i:05}").as_bytes());
                 longest = longest.max(started.elapsed());
-                match result {
-                    Ok(_) => {}
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        timed_out += 1
-                    }
-                    Err(e) => panic!("send {i}: {e}\n{}", read(&eventd.log)),
+                // A send that timed out fails the test at once: the next
+                // ones would each wait as long.
+                if let Err(e) = result {
+                    panic!(
+                        "send {i} of {SENT} failed after {:?}: {e}",
+                        started.elapsed()
+                    );
                 }
             }
-            assert_eq!(
-                timed_out, 0,
-                "sends timed out; the longest took {longest:?}"
-            );
             assert!(longest < timeout / 2, "the longest send took {longest:?}");
             wait_until("messages dropped while commits fail", || {
                 let s = stats(&data);
