@@ -450,8 +450,10 @@ impl Emitter {
         if now.saturating_sub(slot.opened_ms.load(Ordering::Relaxed)) < REOPEN_INTERVAL_MS {
             return Err(EmitRingError::Emit(EmitError::Gone));
         }
-        let opened = self.open_ring(cpu)?;
+        // Counted as an attempt whether or not the open succeeds: a ring
+        // file that stays broken is tried again at most this often.
         slot.opened_ms.store(now, Ordering::Relaxed);
+        let opened = self.open_ring(cpu)?;
         *ring = Some(opened);
         store(slot);
         Ok(())

@@ -52,7 +52,7 @@ pub enum RingError {
         page_size: u64,
         page_count: u64,
     },
-    #[error("{path}: file is {len} bytes, its header promises {need}")]
+    #[error("{path}: file is {len} bytes, a ring needs at least {need}")]
     Truncated { path: PathBuf, len: u64, need: u64 },
     #[error("{path}: ring says cpu {found}, its name says cpu {expected}")]
     WrongCpu {
