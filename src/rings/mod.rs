@@ -52,8 +52,10 @@ pub enum RingError {
         page_size: u64,
         page_count: u64,
     },
-    #[error("{path}: file is {len} bytes, a ring needs at least {need}")]
+    #[error("{path}: file is {len} bytes, its header promises {need}")]
     Truncated { path: PathBuf, len: u64, need: u64 },
+    #[error("{path}: file is {len} bytes, shorter than a ring's {need}-byte header")]
+    NoHeader { path: PathBuf, len: u64, need: u64 },
     #[error("{path}: ring says cpu {found}, its name says cpu {expected}")]
     WrongCpu {
         path: PathBuf,
@@ -486,7 +488,7 @@ impl Ring {
         let len = file.metadata().map_err(io)?.len();
         let header_bytes = (HEADER_WORDS * 8) as u64;
         if len < header_bytes {
-            return Err(RingError::Truncated {
+            return Err(RingError::NoHeader {
                 path: p(),
                 len,
                 need: header_bytes,
@@ -510,7 +512,7 @@ impl Ring {
         let magic = read(H_MAGIC);
         if header.faulted() {
             // Truncated between the length check and the read.
-            return Err(RingError::Truncated {
+            return Err(RingError::NoHeader {
                 path: p(),
                 len: 0,
                 need: (HEADER_WORDS * 8) as u64,
