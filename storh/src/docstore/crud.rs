@@ -1,0 +1,166 @@
+//! The records: `insert`, `insert_many`, `put`, `update`, `get` and
+//! `delete`, each journaled around its file write, and the JSONC a record
+//! file holds.
+
+use super::files::{sync_dir, write_durably};
+use super::{io, Collection, DocError, Result};
+use crate::id::{self, Id};
+use crate::index;
+use serde_json::Value;
+use std::path::Path;
+
+impl Collection {
+    /// Stores `value` under a new id; returns the id.
+    pub fn insert(&mut self, value: &Value) -> Result<Id> {
+        let id = id::new_id();
+        self.put(&id, value)?;
+        Ok(id)
+    }
+
+    /// Stores `value` under `id`, replacing what was there.
+    pub fn put(&mut self, id: &str, value: &Value) -> Result<()> {
+        let path = self.path_of(id)?;
+        let text = serde_json::to_vec_pretty(value).map_err(|e| DocError::Json {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        self.journal_append(&index::intent_line(id))?;
+        let written = write_durably(&path, &text)
+            .and_then(|()| self.journal_append(&index::put_lines(&self.fields, id, value)));
+        if let Err(e) = written {
+            // The file may or may not have changed: the index follows it.
+            self.recheck([id]);
+            return Err(e);
+        }
+        if let Some(state) = &mut self.index {
+            state.set_record(id, Some(Some(value)));
+        }
+        Ok(())
+    }
+
+    /// After a failed write: makes the loaded index say what the files of
+    /// `ids` say now (the journal's unfinished intents do the same for the
+    /// next load).
+    fn recheck<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        if self.index.is_none() {
+            return;
+        }
+        for id in ids {
+            // Unreadable: leave the entry; the intent re-checks it later.
+            if let Ok(record) = self.read_record(id) {
+                if let Some(state) = &mut self.index {
+                    state.set_record(id, record.as_ref().map(Option::as_ref));
+                }
+            }
+        }
+    }
+
+    /// Stores each of `docs` under a new id, durably and each atomically,
+    /// with two filesystem syncs for the whole batch instead of two fsyncs
+    /// per record: every temporary file is written, `syncfs` makes them
+    /// durable, they are renamed into place, and `syncfs` again makes the
+    /// renames durable. For bulk loads (`syncfs` flushes the whole
+    /// filesystem the collection lives on). Returns the ids, in order. On
+    /// an error none of the batch is kept (files already renamed into
+    /// place are removed again), so the batch can be retried.
+    pub fn insert_many(&mut self, docs: &[Value]) -> Result<Vec<Id>> {
+        let ids: Vec<Id> = docs.iter().map(|_| id::new_id()).collect();
+        let mut staged = Vec::with_capacity(docs.len());
+        for (id, doc) in ids.iter().zip(docs) {
+            let path = self.path_of(id)?;
+            let text = serde_json::to_vec_pretty(doc).map_err(|e| DocError::Json {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            staged.push((path, text));
+        }
+        let intents: String = ids.iter().map(|id| index::intent_line(id)).collect();
+        self.journal_append(&intents)?;
+        let mut renamed = 0;
+        let landed = self.land_batch(&staged, &mut renamed).and_then(|()| {
+            let mut commits = String::new();
+            for (id, doc) in ids.iter().zip(docs) {
+                commits.push_str(&index::put_lines(&self.fields, id, doc));
+            }
+            self.journal_append(&commits)
+        });
+        if let Err(e) = landed {
+            for (path, _) in &staged[..renamed] {
+                let _ = std::fs::remove_file(path);
+            }
+            self.recheck(ids.iter().map(String::as_str));
+            return Err(e);
+        }
+        if let Some(state) = &mut self.index {
+            for (id, doc) in ids.iter().zip(docs) {
+                state.set_record(id, Some(Some(doc)));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Changes record `id` in place with `change`; false (and nothing
+    /// written) if there is no such record.
+    pub fn update(&mut self, id: &str, change: impl FnOnce(&mut Value)) -> Result<bool> {
+        let Some(mut doc) = self.get(id)? else {
+            return Ok(false);
+        };
+        change(&mut doc);
+        self.put(id, &doc)?;
+        Ok(true)
+    }
+
+    /// The record `id`, if it exists. Comments in the file are accepted.
+    pub fn get(&self, id: &str) -> Result<Option<Value>> {
+        let path = self.path_of(id)?;
+        match std::fs::read(&path) {
+            Ok(bytes) => parse_jsonc(&path, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// Removes record `id`; false if there was none.
+    pub fn delete(&mut self, id: &str) -> Result<bool> {
+        let path = self.path_of(id)?;
+        self.journal_append(&index::intent_line(id))?;
+        let removed = match std::fs::remove_file(&path) {
+            Ok(()) => sync_dir(path.parent().unwrap_or(&self.dir)).map(|()| true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io(&path)(e)),
+        };
+        let existed = match removed.and_then(|existed| {
+            self.journal_append(&index::delete_lines(id))
+                .map(|()| existed)
+        }) {
+            Ok(existed) => existed,
+            Err(e) => {
+                self.recheck([id]);
+                return Err(e);
+            }
+        };
+        if let Some(state) = &mut self.index {
+            state.set_record(id, None);
+        }
+        Ok(existed)
+    }
+
+    /// What the file of `id` holds: `None` if there is none, `Some(None)`
+    /// if it does not parse.
+    pub(super) fn read_record(&self, id: &str) -> Result<Option<Option<Value>>> {
+        let path = self.path_of(id)?;
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(parse_jsonc(&path, &bytes).ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+}
+
+/// Parses JSON with `//` and `/* */` comments.
+pub fn parse_jsonc(path: &Path, bytes: &[u8]) -> Result<Value> {
+    serde_json::from_reader(json_comments::StripComments::new(bytes)).map_err(|e| DocError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
