@@ -13,10 +13,26 @@
 //! the table in docs/performance.md.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use eventd::channel::{Capacity, EventHeader, HandoffChannel};
+use eventd::channel::{Capacity, HandoffChannel};
 use std::hint::black_box;
 use std::thread;
 use std::time::{Duration, Instant};
+
+/// A fixed header beside each payload, the size of what the data path
+/// carries: the channel accepts any `Copy` header type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventHeader {
+    /// Epoch id of the ring the event came from.
+    pub ring_epoch: u64,
+    /// Sequence number of the event in its ring.
+    pub seq: u64,
+    /// Event timestamp, nanoseconds since the Unix epoch.
+    pub ts_ns: i64,
+    /// Logical CPU id of the ring.
+    pub cpu: u32,
+    /// What the payload is (event, gap report, control message).
+    pub kind: u32,
+}
 
 const SLOTS: usize = 1024;
 const EVENTS: u64 = 1_000_000;

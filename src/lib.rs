@@ -11,21 +11,30 @@
 //! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
 //! - [`routing`]: shard count, descriptor planning, assignment and stripes
 //!   (the seed's rules R1–R5), pure functions.
-//! - [`store`]: shard schema, the shard writer (the only SQLite writer),
-//!   receipts and recovery.
+//! - [`drain`]: the drain threads, the items they hand a shard writer, the
+//!   commit tracking they share with the writers, their ring health checks.
+//! - [`store`]: shard files, their schema and row shapes, the shard writers
+//!   (the only SQLite writers), receipts and recovery, retention's work in
+//!   a shard.
 //! - [`query`]: the fan-out reader over every shard and the query server
 //!   (read-only; never touches the writers).
 //! - [`syslog`]: `/dev/log`-style sockets (io_uring or recvmmsg) whose
-//!   messages become events in the ring of the CPU that received them.
+//!   messages become events in eventd's own syslog ring.
 //! - [`config`]: the TOML configuration and the validated settings.
 //! - [`metrics`]: the Prometheus text format and its optional HTTP listener.
 //! - [`retention`]: the coordinator that keeps the store within its age and
 //!   size limits (through the writers, R8).
-//! - [`daemon`]: start-up order, drain threads, shutdown.
+//! - [`daemon`]: start-up as a list of named steps, the state shared with
+//!   monitoring, shutdown.
 //! - [`errors`]: error text for the command-line tools.
 //!
-//! `config`, `store`, `query` and `daemon` use std threads and locks directly
-//! and are left out of loom builds, which check only the lock-free core.
+//! Beside them, two leaves any stage may use: [`threads`] (watched threads
+//! and the failure hook) and [`access`] (above). `docs/architecture.md`
+//! follows one event through these modules, file by file.
+//!
+//! Everything but `sync`, `channel`, `rings` and `routing` uses std threads
+//! and locks directly and is left out of loom builds, which check only the
+//! lock-free core.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -37,6 +46,8 @@ pub mod channel;
 pub mod config;
 #[cfg(not(loom))]
 pub mod daemon;
+#[cfg(not(loom))]
+pub mod drain;
 #[cfg(not(loom))]
 pub mod errors;
 #[cfg(not(loom))]
@@ -52,3 +63,5 @@ pub mod store;
 pub mod sync;
 #[cfg(not(loom))]
 pub mod syslog;
+#[cfg(not(loom))]
+pub mod threads;

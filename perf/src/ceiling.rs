@@ -32,6 +32,9 @@ pub fn run(
     run_with(dir, shards, rows, batch, sizes, &[])
 }
 
+// Longer than the ~70 lines a function should be: the bare-SQLite ceiling's
+// threads and their timed loop, kept beside each other so the loop can be
+// compared with the writer's.
 /// Like [`run`], with SQL run on each database after eventd's own set-up
 /// (other pragmas, a dropped index): how eventd's choices were measured.
 pub fn run_with(
@@ -88,7 +91,7 @@ pub fn run_with(
                         let tx = conn.transaction()?;
                         {
                             let mut insert =
-                                tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+                                tx.prepare_cached(eventd::store::rows::INSERT_EVENT)?;
                             for row in chunk {
                                 insert.execute(params![
                                     row.ts,

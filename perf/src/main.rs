@@ -14,53 +14,53 @@ mod load;
 mod pipeline;
 mod querybench;
 mod report;
+mod running;
+mod scenarios;
 mod syslogbench;
 mod syslogfloor;
 mod system;
 
 use anyhow::{bail, Context};
 use clap::{Parser, ValueEnum};
-use load::{Mode, Sizes};
-use pipeline::{Knobs, Outcome};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use load::Sizes;
+use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(about = "Load harness: eventd end to end beside the bare-SQLite ceiling")]
-struct Args {
+pub(crate) struct Args {
     #[arg(required_unless_present = "produce_ring")]
-    scenario: Option<Scenario>,
+    pub(crate) scenario: Option<Scenario>,
     /// The system under test: the pipeline in this process, or the eventd
     /// binary as a child process.
     #[arg(long, value_enum, default_value = "in-process")]
-    system: system::SystemKind,
+    pub(crate) system: system::SystemKind,
     /// The eventd binary for `--system binary` (default: next to this program).
     #[arg(long)]
-    eventd: Option<PathBuf>,
+    pub(crate) eventd: Option<PathBuf>,
     /// Producers as threads of this process or as one process per ring.
     #[arg(long, value_enum, default_value = "threads")]
-    producers: system::ProducerKind,
+    pub(crate) producers: system::ProducerKind,
     /// Internal: run as a producer process emitting into this ring file.
     #[arg(long, hide = true)]
-    produce_ring: Option<PathBuf>,
+    pub(crate) produce_ring: Option<PathBuf>,
     /// Seconds of load per point (default: quick 3, baseline 30, sweeps 10).
     #[arg(long)]
-    duration: Option<f64>,
+    pub(crate) duration: Option<f64>,
     /// Message bytes per event: N, or MIN-MAX for a uniform distribution.
     #[arg(long, default_value = "64-256")]
-    event_bytes: String,
+    pub(crate) event_bytes: String,
     /// A fixed total rate in events/s instead of flat out.
     #[arg(long)]
-    rate: Option<u64>,
+    pub(crate) rate: Option<u64>,
     /// Events stored for the query scenario (in each layout).
     #[arg(long, default_value_t = 10_000_000)]
-    query_events: u64,
+    pub(crate) query_events: u64,
     /// Run every point this many times (interleaved) and report the median.
     #[arg(long, default_value_t = 1)]
-    repeat: usize,
+    pub(crate) repeat: usize,
     /// Messages each peer gets in the syslog scenario.
     #[arg(long, default_value_t = 1_000_000)]
-    messages: u64,
+    pub(crate) messages: u64,
     /// Peers of the syslog scenario, in order.
     #[arg(
         long,
@@ -68,17 +68,17 @@ struct Args {
         value_delimiter = ',',
         default_value = "eventd,floor,rsyslog,journald,syslog-ng"
     )]
-    peers: Vec<syslogbench::Peer>,
+    pub(crate) peers: Vec<syslogbench::Peer>,
     /// eventd's configuration file in the syslog scenario (default: none).
     #[arg(long)]
-    eventd_config: Option<PathBuf>,
+    pub(crate) eventd_config: Option<PathBuf>,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
-    results: PathBuf,
+    pub(crate) results: PathBuf,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Scenario {
+pub(crate) enum Scenario {
     /// Defaults, 3 s flat out, with the ceiling (under a minute; used by tests).
     Quick,
     /// Defaults, flat out, then at half the measured rate for latency.
@@ -104,7 +104,7 @@ enum Scenario {
 }
 
 impl Scenario {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Scenario::Quick => "quick",
             Scenario::Baseline => "baseline",
@@ -158,18 +158,20 @@ fn main() -> anyhow::Result<()> {
     let mut last = None;
     for scenario in scenarios {
         if scenario == Scenario::Pragmas {
-            run_pragmas(&args, sizes, &work)?;
+            scenarios::run_pragmas(&args, sizes, &work)?;
             continue;
         }
         if scenario == Scenario::Query {
-            last = Some(run_query_bench(&args, &work)?);
+            last = Some(scenarios::run_query_bench(&args, &work)?);
             continue;
         }
         if scenario == Scenario::Syslog {
-            last = Some(run_syslog_bench(&args, &setup.eventd, &work)?);
+            last = Some(scenarios::run_syslog_bench(&args, &setup.eventd, &work)?);
             continue;
         }
-        last = Some(run_scenario(scenario, &args, &setup, sizes, &work)?);
+        last = Some(scenarios::run_scenario(
+            scenario, &args, &setup, sizes, &work,
+        )?);
     }
     if let Some(line) = last {
         println!("{line}");
@@ -197,375 +199,4 @@ fn parse_sizes(text: &str) -> anyhow::Result<Sizes> {
         bail!("--event-bytes {text}: need MIN <= MAX <= 8192");
     }
     Ok(sizes)
-}
-
-/// Runs one scenario's points; prints the table; writes JSON and SVG;
-/// returns the machine-readable summary line.
-fn run_scenario(
-    scenario: Scenario,
-    args: &Args,
-    setup: &pipeline::Setup,
-    sizes: Sizes,
-    work: &Path,
-) -> anyhow::Result<String> {
-    let cpus = eventd::rings::online_cpus().len() as i64;
-    let default_secs = match scenario {
-        Scenario::Quick => 3.0,
-        Scenario::Baseline => 30.0,
-        _ => 10.0,
-    };
-    let duration = Duration::from_secs_f64(args.duration.unwrap_or(default_secs));
-    let mode = args.rate.map_or(Mode::FlatOut, Mode::Rate);
-    let d = Knobs::defaults();
-    let points: Vec<(String, Knobs)> = match scenario {
-        Scenario::Quick | Scenario::Baseline => vec![("defaults".into(), d)],
-        Scenario::Shards => {
-            let mut counts = vec![1, cpus, 2 * cpus, 16, 256];
-            counts.sort_unstable();
-            counts.dedup();
-            counts
-                .into_iter()
-                .map(|s| {
-                    (
-                        format!("S={s}"),
-                        Knobs {
-                            storage_shards: s,
-                            ..d
-                        },
-                    )
-                })
-                .collect()
-        }
-        Scenario::Batch => [64, 256, 1024, 4096, 16384]
-            .into_iter()
-            .map(|b| (format!("batch={b}"), Knobs { max_batch: b, ..d }))
-            .collect(),
-        Scenario::Stripe => [1, 16, 64, 256, 1024, 4096]
-            .into_iter()
-            .map(|l| {
-                (
-                    format!("L={l}"),
-                    Knobs {
-                        stripe_len: l,
-                        storage_shards: 2 * cpus,
-                        ..d
-                    },
-                )
-            })
-            .collect(),
-        Scenario::Channel => [
-            (0, 0),
-            (64, 64 << 10),
-            (256, 256 << 10),
-            (1024, 1 << 20),
-            (4096, 4 << 20),
-            (4096, 16 << 20),
-            (16384, 16 << 20),
-        ]
-        .into_iter()
-        .map(|(slots, bytes)| {
-            let label = if slots == 0 {
-                "auto".to_string()
-            } else {
-                format!("{slots}/{}K", bytes >> 10)
-            };
-            (
-                label,
-                Knobs {
-                    channel_slots: slots,
-                    channel_bytes: bytes,
-                    ..d
-                },
-            )
-        })
-        .collect(),
-        Scenario::All | Scenario::Pragmas | Scenario::Query | Scenario::Syslog => {
-            unreachable!("handled by main")
-        }
-    };
-    let progress = indicatif::ProgressBar::new_spinner();
-    progress.enable_steady_tick(Duration::from_millis(200));
-    // Repeats run the whole list again (A B C A B C ...), so slow drifts of
-    // a shared machine spread over every point; each point then reports its
-    // run with the median ratio.
-    let mut runs: Vec<Vec<Outcome>> = vec![Vec::new(); points.len()];
-    for round in 0..args.repeat.max(1) {
-        for (i, (label, knobs)) in points.iter().enumerate() {
-            let point = pipeline::Point {
-                label,
-                knobs: *knobs,
-                mode,
-                sizes,
-                duration,
-                with_ceiling: true,
-            };
-            let o = pipeline::run(work, setup, &point, &progress)?;
-            progress.suspend(|| eprintln!(
-                "{label} (round {}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
-                round + 1,
-                o.events_per_s,
-                o.ceiling_per_s,
-                o.ratio_to_ceiling,
-                o.lost,
-                o.latency_us_p99
-            ));
-            runs[i].push(o);
-        }
-    }
-    let all_runs: Vec<Outcome> = runs.iter().flatten().cloned().collect();
-    let mut outcomes: Vec<Outcome> = runs
-        .into_iter()
-        .map(|mut r| {
-            r.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
-            let mid = r.len() / 2;
-            r.swap_remove(mid)
-        })
-        .collect();
-    let mut extra_line = None;
-    if scenario == Scenario::Baseline && mode == Mode::FlatOut {
-        // Latency at half the flat-out rate.
-        let half = (outcomes[0].events_per_s / 2.0) as u64;
-        let point = pipeline::Point {
-            label: "half-rate",
-            knobs: d,
-            mode: Mode::Rate(half.max(1)),
-            sizes,
-            duration,
-            with_ceiling: false,
-        };
-        let o = pipeline::run(work, setup, &point, &progress)?;
-        progress.suspend(|| {
-            eprintln!(
-                "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
-                o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
-            )
-        });
-        extra_line = Some(format!(
-            "half_rate_events_per_s={half} half_rate_p99_us={} half_rate_lost={}",
-            o.latency_us_p99, o.lost
-        ));
-        outcomes.push(o);
-    }
-    progress.finish_and_clear();
-    let headline = outcomes
-        .iter()
-        .find(|o| o.knobs == d && o.mode == mode)
-        .or_else(|| {
-            outcomes
-                .iter()
-                .max_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling))
-        })
-        .context("no point was measured")?;
-    let name = scenario.name();
-    let machine = report::Machine::describe();
-    println!(
-        "\n## {name} ({} CPUs, {}; load {:.0} s per point, message {}-{} bytes, {})\n",
-        machine.cpus,
-        machine.model,
-        duration.as_secs_f64(),
-        sizes.min,
-        sizes.max,
-        match mode {
-            Mode::FlatOut => "flat out".to_string(),
-            Mode::Rate(r) => format!("{r} events/s"),
-        }
-    );
-    print!("{}", report::table(&outcomes));
-    let json = args.results.join(format!("{name}.json"));
-    let report = report::Report {
-        scenario: name,
-        machine,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        points: &outcomes,
-        runs: &all_runs,
-        headline,
-    };
-    report::write_json(&json, &report)?;
-    let svg = args.results.join(format!("{name}.svg"));
-    report::write_svg(&svg, name, &outcomes)?;
-    println!("\nreport: {}  chart: {}", json.display(), svg.display());
-    if let Some(line) = extra_line {
-        println!("{line}");
-    }
-    Ok(report::summary_line(headline))
-}
-
-/// The SQLite settings eventd ships with, against alternatives, measured as
-/// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
-/// transaction, best of three runs each).
-fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
-    // A new database's page size changes through a VACUUM outside WAL
-    // mode; each variant keeps the shipped ~4 MB of WAL between checkpoints.
-    let variants: [(&str, &[&str]); 9] = [
-        (
-            "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
-            &[],
-        ),
-        (
-            "4 KiB pages (SQLite's default)",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 4096",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 1000",
-            ],
-        ),
-        (
-            "16 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 16384",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 250",
-            ],
-        ),
-        (
-            "64 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 65536",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 62",
-            ],
-        ),
-        ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
-        ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
-        (
-            "checkpoint every ~16 MB",
-            &["PRAGMA wal_autocheckpoint = 500"],
-        ),
-        (
-            "cache_size=2 MiB (SQLite default)",
-            &["PRAGMA cache_size = -2000"],
-        ),
-        ("without the events_ts index", &["DROP INDEX events_ts"]),
-    ];
-    let shards = eventd::rings::online_cpus().len();
-    let rows = 1_000_000;
-    let mut table = String::from("| variant | rows/s | vs shipped |\n|---|---|---|\n");
-    let mut results = Vec::new();
-    let mut shipped = f64::NAN;
-    for (name, adjust) in variants {
-        let mut best = 0f64;
-        for _ in 0..3 {
-            let dir = tempfile::Builder::new()
-                .prefix("pragmas-")
-                .tempdir_in(work)?;
-            let rate = ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)?;
-            best = best.max(rate);
-        }
-        if shipped.is_nan() {
-            shipped = best;
-        }
-        eprintln!("{name}: {best:.0} rows/s");
-        table.push_str(&format!("| {name} | {best:.0} | {:.2} |\n", best / shipped));
-        results.push(serde_json::json!({ "variant": name, "rows_per_s": best }));
-    }
-    println!("\n## pragmas ({shards} databases, {rows} rows, 4096 per transaction)\n");
-    print!("{table}");
-    let json = args.results.join("pragmas.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
-    println!("\nreport: {}", json.display());
-    Ok(())
-}
-
-fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyhow::Result<String> {
-    let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
-    for round in 0..args.repeat.max(1) {
-        if args.repeat > 1 {
-            eprintln!("round {}", round + 1);
-        }
-        all.push(syslogbench::run(
-            &args.peers,
-            args.messages,
-            work,
-            eventd,
-            args.eventd_config.as_deref(),
-        )?);
-    }
-    let machine = report::Machine::describe();
-    println!(
-        "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
-        args.messages, machine.cpus
-    );
-    println!(
-        "| peer | stores into | stored/s | stored | lost | seconds | sender seconds | version |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
-    for round in &all {
-        for r in round {
-            println!(
-                "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} |",
-                r.peer.name(),
-                r.stores_into,
-                r.stored_per_s,
-                r.stored,
-                r.lost,
-                r.seconds,
-                r.send_seconds,
-                r.version
-            );
-        }
-    }
-    let json = args.results.join("syslog.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&all)?)?;
-    println!("\nreport: {}", json.display());
-    // The last round's ratio of eventd to the fastest peer.
-    let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
-    let eventd_rate = last
-        .iter()
-        .find(|r| r.peer == syslogbench::Peer::Eventd)
-        .map_or(0.0, |r| r.stored_per_s);
-    let best_peer = last
-        .iter()
-        .filter(|r| !matches!(r.peer, syslogbench::Peer::Eventd | syslogbench::Peer::Floor))
-        .map(|r| r.stored_per_s)
-        .fold(0.0, f64::max);
-    Ok(format!(
-        "syslog eventd_per_s={eventd_rate:.0} best_peer_per_s={best_peer:.0} ratio={:.2}",
-        if best_peer > 0.0 {
-            eventd_rate / best_peer
-        } else {
-            0.0
-        }
-    ))
-}
-
-fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String> {
-    let points = querybench::run(work, args.query_events, args.repeat.max(5))?;
-    println!(
-        "\n## query ({} events; time range over the middle fifth, 100 results)\n",
-        args.query_events
-    );
-    println!(
-        "| databases | order | first result µs | 100 results µs | vs one database | 100 results, cold µs |"
-    );
-    println!("|---|---|---|---|---|---|");
-    let mut worst_16 = 0f64;
-    for p in &points {
-        let base = points
-            .iter()
-            .find(|b| b.databases == 1 && b.order == p.order)
-            .map_or(1, |b| b.hundred_results_us.max(1));
-        let ratio = p.hundred_results_us as f64 / base as f64;
-        if p.databases == 16 {
-            worst_16 = worst_16.max(ratio);
-        }
-        println!(
-            "| {} | {:?} | {} | {} | {:.1}× | {} |",
-            p.databases,
-            p.order,
-            p.first_result_us,
-            p.hundred_results_us,
-            ratio,
-            p.cold_hundred_results_us
-        );
-    }
-    let json = args.results.join("query.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&points)?)?;
-    println!("\nreport: {}", json.display());
-    Ok(format!("query_16_shards_vs_one={worst_16:.1}"))
 }

@@ -100,6 +100,9 @@ pub struct Point<'a> {
     pub with_ceiling: bool,
 }
 
+// Longer than the ~70 lines a function should be: the phases of one measured
+// point in the order they run (start, load, drain, ceiling, stop); each is a
+// few lines and they share the timings.
 /// Runs one point in a fresh directory under `work`.
 pub fn run(
     work: &Path,

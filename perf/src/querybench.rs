@@ -40,7 +40,7 @@ fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()
         for chunk in mine.chunks(4096) {
             let tx = conn.transaction()?;
             {
-                let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+                let mut insert = tx.prepare_cached(eventd::store::rows::INSERT_EVENT)?;
                 for &i in chunk {
                     insert.execute(params![
                         t0 + i as i64 * NS_PER_EVENT,

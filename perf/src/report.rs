@@ -92,6 +92,8 @@ pub fn write_json(path: &Path, report: &Report<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+// Longer than the ~70 lines a function should be: one chart drawn top to
+// bottom (axes, series, labels); a flat list of drawing steps.
 /// Throughput (eventd and ceiling) and p99 latency across the points.
 pub fn write_svg(path: &Path, title: &str, points: &[Outcome]) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (960, 720)).into_drawing_area();

@@ -89,7 +89,7 @@ impl Floor {
     }
 }
 
-impl crate::syslogbench::Running for Floor {
+impl crate::running::Running for Floor {
     fn socket(&self) -> PathBuf {
         self.socket.clone()
     }
@@ -211,7 +211,7 @@ fn commit(
 ) -> anyhow::Result<()> {
     let tx = conn.transaction()?;
     {
-        let mut insert = tx.prepare_cached(eventd::store::writer::INSERT_EVENT)?;
+        let mut insert = tx.prepare_cached(eventd::store::rows::INSERT_EVENT)?;
         for r in rows.iter() {
             insert.execute(rusqlite::params![
                 r.ts, 0, r.seq, 1, r.pid, r.tid, r.uid, r.level, r.provider, r.name, r.message,

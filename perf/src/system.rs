@@ -130,7 +130,7 @@ impl Running {
             Running::InProcess { state, .. } => Ok(state
                 .rings
                 .iter()
-                .map(|c| c.get())
+                .map(|r| r.ring())
                 .filter(|r| r.cpu() != eventd::rings::SYSLOG_RING_CPU)
                 .collect()),
             Running::Binary { data_dir, .. } => {
@@ -147,10 +147,10 @@ impl Running {
     pub fn progress(&self) -> anyhow::Result<(u64, u64)> {
         match self {
             Running::InProcess { state, .. } => {
-                Ok(state.writers.iter().fold((0, 0), |(e, l), w| {
+                Ok(state.shards.iter().fold((0, 0), |(e, l), s| {
                     (
-                        e + w.events.load(Ordering::Relaxed),
-                        l + w.lost.load(Ordering::Relaxed),
+                        e + s.writer.events.load(Ordering::Relaxed),
+                        l + s.writer.lost.load(Ordering::Relaxed),
                     )
                 }))
             }
@@ -184,14 +184,22 @@ impl Running {
                     ..
                 } = WriterHistograms::default();
                 let mut commits = 0;
-                for w in &state.writers {
-                    let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
+                for s in &state.shards {
+                    let h = s
+                        .writer
+                        .histograms
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
                     latency_us.add(&h.latency_us)?;
                     batch_items.add(&h.batch_items)?;
-                    commits += w.commits.load(Ordering::Relaxed);
+                    commits += s.writer.commits.load(Ordering::Relaxed);
                 }
-                let stalls = state.channels.iter().map(|c| c.stats().full_stalls).sum();
-                let shards = state.shard_paths.len();
+                let stalls = state
+                    .shards
+                    .iter()
+                    .map(|s| s.channel.stats().full_stalls)
+                    .sum();
+                let shards = state.shards.len();
                 drop(state);
                 daemon.join()?;
                 Ok(Finished {

@@ -203,83 +203,113 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let colour = stdout.is_terminal();
     let mut out = Renderer::new(stdout.lock(), q.output, colour);
-    // Rows of this page, and where each listing stands after it.
-    let (mut count, mut gaps) = (0u64, 0u64);
-    let mut next = PageCursor {
-        events: filter.after,
-        gaps: filter.gaps_after,
+    let mut page = Page {
+        events: 0,
+        gaps: 0,
+        next: PageCursor {
+            events: filter.after,
+            gaps: filter.gaps_after,
+        },
     };
     if q.offline {
-        // The same streaming reader the daemon runs, on the files directly.
-        let mut fan = FanOut::open(&settings.store_dir, filter.clone(), None)
-            .with_context(|| format!("reading {}", settings.store_dir.display()))?;
-        while let Some(e) = fan.next_event() {
-            next.events = Some(e.cursor());
-            count += 1;
-            out.event(&e).or_else(broken_pipe)?;
-        }
-        while let Some(g) = fan.next_gap() {
-            next.gaps = Some(g.cursor());
-            gaps += 1;
-            out.gap(&g).or_else(broken_pipe)?;
-        }
-        for w in &fan.warnings {
-            eprintln!("eventctl: warning: {w}");
-        }
+        query_files(settings, &filter, &mut out, &mut page)?;
     } else {
-        let request = Request::Query {
-            filter: filter.clone(),
-            follow: q.follow,
-        };
-        let mut failure = None;
-        let mut ended = false;
-        eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
-            if let Some(end) = v.get("end") {
-                ended = true;
-                // The daemon says where both listings stand; an older
-                // daemon sends no gap cursor.
-                let token = |key: &str| end.get(key).and_then(|t| t.as_str()).map(str::to_string);
-                if let Some(c) = token("cursor").as_deref().and_then(Cursor::parse) {
-                    next.events = Some(c);
-                }
-                if let Some(c) = token("gap_cursor").as_deref().and_then(GapCursor::parse) {
-                    next.gaps = Some(c);
-                }
-            } else if let Some(e) = v.get("event") {
-                let e: EventRow =
-                    serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
-                next.events = Some(e.cursor());
-                count += 1;
-                out.event(&e)?;
-                if q.follow {
-                    out.flush()?;
-                }
-            } else if let Some(g) = v.get("gap") {
-                let g: GapRow = serde_json::from_value(g.clone()).map_err(std::io::Error::other)?;
-                next.gaps = Some(g.cursor());
-                gaps += 1;
-                out.gap(&g)?;
-            } else if let Some(w) = v.get("warning") {
-                eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
-            } else if let Some(e) = v.get("error") {
-                failure = Some(refusal("the query", e));
-            }
-            Ok(true)
-        })
-        .or_else(broken_pipe)?;
-        if let Some(f) = failure {
-            bail!(f);
-        }
-        if !q.follow && !ended {
-            bail!("eventd closed the connection before the end of the results");
-        }
+        query_daemon(settings, &filter, q.follow, &mut out, &mut page)?;
     }
     out.flush().or_else(broken_pipe)?;
     // A full page of either listing may have more behind it.
     if let Some(limit) = filter.limit {
-        if count == limit || gaps == limit {
-            eprintln!("next page: --cursor {}", next.token());
+        if page.events == limit || page.gaps == limit {
+            eprintln!("next page: --cursor {}", page.next.token());
         }
+    }
+    Ok(())
+}
+
+/// Rows of one page, and where each listing stands after it.
+struct Page {
+    events: u64,
+    gaps: u64,
+    next: PageCursor,
+}
+
+/// `--offline`: the same streaming reader the daemon runs, on the files.
+fn query_files<W: std::io::Write>(
+    settings: &Settings,
+    filter: &Filter,
+    out: &mut Renderer<W>,
+    page: &mut Page,
+) -> anyhow::Result<()> {
+    let mut fan = FanOut::open(&settings.store_dir, filter.clone(), None)
+        .with_context(|| format!("reading {}", settings.store_dir.display()))?;
+    while let Some(e) = fan.next_event() {
+        page.next.events = Some(e.cursor());
+        page.events += 1;
+        out.event(&e).or_else(broken_pipe)?;
+    }
+    while let Some(g) = fan.next_gap() {
+        page.next.gaps = Some(g.cursor());
+        page.gaps += 1;
+        out.gap(&g).or_else(broken_pipe)?;
+    }
+    for w in &fan.warnings {
+        eprintln!("eventctl: warning: {w}");
+    }
+    Ok(())
+}
+
+/// Asks the daemon, printing its answer as it comes.
+fn query_daemon<W: std::io::Write>(
+    settings: &Settings,
+    filter: &Filter,
+    follow: bool,
+    out: &mut Renderer<W>,
+    page: &mut Page,
+) -> anyhow::Result<()> {
+    let request = Request::Query {
+        filter: filter.clone(),
+        follow,
+    };
+    let mut failure = None;
+    let mut ended = false;
+    eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
+        if let Some(end) = v.get("end") {
+            ended = true;
+            // The daemon says where both listings stand; an older daemon
+            // sends no gap cursor.
+            let token = |key: &str| end.get(key).and_then(|t| t.as_str()).map(str::to_string);
+            if let Some(c) = token("cursor").as_deref().and_then(Cursor::parse) {
+                page.next.events = Some(c);
+            }
+            if let Some(c) = token("gap_cursor").as_deref().and_then(GapCursor::parse) {
+                page.next.gaps = Some(c);
+            }
+        } else if let Some(e) = v.get("event") {
+            let e: EventRow = serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
+            page.next.events = Some(e.cursor());
+            page.events += 1;
+            out.event(&e)?;
+            if follow {
+                out.flush()?;
+            }
+        } else if let Some(g) = v.get("gap") {
+            let g: GapRow = serde_json::from_value(g.clone()).map_err(std::io::Error::other)?;
+            page.next.gaps = Some(g.cursor());
+            page.gaps += 1;
+            out.gap(&g)?;
+        } else if let Some(w) = v.get("warning") {
+            eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
+        } else if let Some(e) = v.get("error") {
+            failure = Some(refusal("the query", e));
+        }
+        Ok(true)
+    })
+    .or_else(broken_pipe)?;
+    if let Some(f) = failure {
+        bail!(f);
+    }
+    if !follow && !ended {
+        bail!("eventd closed the connection before the end of the results");
     }
     Ok(())
 }

@@ -33,68 +33,73 @@ pub fn answer(
 }
 
 fn stats(state: &DaemonState) -> Value {
-    let rings: Vec<Value> = state
-        .rings
-        .iter()
-        .zip(&state.drains)
-        .enumerate()
-        .map(|(ordinal, (ring, drain))| {
-            let ring = ring.get();
-            json!({
-                "ordinal": ordinal,
-                "cpu": ring.cpu(),
-                "ring": ring.path(),
-                "replacements": drain.replacements.load(Ordering::Relaxed),
-                "header_repairs": drain.header_repairs.load(Ordering::Relaxed),
-                "epoch": format!("{:016x}", ring.epoch()),
-                "page_count": ring.geometry().page_count,
-                "backlog_pages": ring.backlog_pages(),
-                "producer_refusals": ring.producer_refusals(),
-                "drained_events": drain.events.load(Ordering::Relaxed),
-                "lost": drain.lost.load(Ordering::Relaxed),
-                "skipped_after_restart": drain.skipped.load(Ordering::Relaxed),
-                "shards": state.assignment[ordinal],
-                "committed_through": state.trackers[ordinal].watermark(ring.epoch()),
-            })
-        })
-        .collect();
-    let shards: Vec<Value> = state
-        .writers
-        .iter()
-        .zip(&state.channels)
-        .enumerate()
-        .map(|(j, (w, ch))| {
-            let c = ch.stats();
-            let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
-            json!({
-                "shard": j,
-                "path": *w.path.lock().unwrap_or_else(|p| p.into_inner()),
-                "damaged_files": w.damaged_files.load(Ordering::Relaxed),
-                "events": w.events.load(Ordering::Relaxed),
-                "event_bytes": w.event_bytes.load(Ordering::Relaxed),
-                "lost": w.lost.load(Ordering::Relaxed),
-                "commits": w.commits.load(Ordering::Relaxed),
-                "batch_max": w.batch_max.load(Ordering::Relaxed),
-                "commit_errors": w.commit_errors.load(Ordering::Relaxed),
-                "last_error": *w.last_error.lock().unwrap_or_else(|p| p.into_inner()),
-                "latency_us_p50": h.latency_us.value_at_quantile(0.5),
-                "latency_us_p99": h.latency_us.value_at_quantile(0.99),
-                "commit_us_p50": h.commit_us.value_at_quantile(0.5),
-                "commit_us_p99": h.commit_us.value_at_quantile(0.99),
-                "batch_items_p50": h.batch_items.value_at_quantile(0.5),
-                "channel": {
-                    "slots": c.capacity.slots,
-                    "bytes": c.capacity.bytes,
-                    "occupied_slots": c.occupied_slots,
-                    "occupied_bytes": c.occupied_bytes,
-                    "full_stalls": c.full_stalls,
-                    "receiver_sleeps": c.receiver_sleeps,
-                },
-            })
-        })
-        .collect();
-    let r = &state.retention;
-    let retention = json!({
+    let rings: Vec<Value> = state.rings.iter().enumerate().map(ring_stats).collect();
+    let shards: Vec<Value> = state.shards.iter().enumerate().map(shard_stats).collect();
+    json!({
+        "rings": rings,
+        "shards": shards,
+        "queries": query_stats(&state.queries),
+        "syslog": syslog_stats(state),
+        "retention": retention_stats(&state.retention),
+        "descriptor_allowance": state.needed_descriptors,
+        "failing_writers": state.failing_writers.load(Ordering::Relaxed),
+        "damaged_shard_files": state.health.damaged(),
+        "access": state.policy,
+    })
+}
+
+fn ring_stats((ordinal, r): (usize, &super::RingState)) -> Value {
+    let (ring, drain) = (r.ring(), &r.drain);
+    json!({
+        "ordinal": ordinal,
+        "cpu": ring.cpu(),
+        "ring": ring.path(),
+        "replacements": drain.replacements.load(Ordering::Relaxed),
+        "header_repairs": drain.header_repairs.load(Ordering::Relaxed),
+        "epoch": format!("{:016x}", ring.epoch()),
+        "page_count": ring.geometry().page_count,
+        "backlog_pages": ring.backlog_pages(),
+        "producer_refusals": ring.producer_refusals(),
+        "drained_events": drain.events.load(Ordering::Relaxed),
+        "lost": drain.lost.load(Ordering::Relaxed),
+        "skipped_after_restart": drain.skipped.load(Ordering::Relaxed),
+        "shards": r.shards,
+        "committed_through": r.committed_through(),
+    })
+}
+
+fn shard_stats((j, s): (usize, &super::ShardState)) -> Value {
+    let (w, c) = (&s.writer, s.channel.stats());
+    let h = w.histograms.lock().unwrap_or_else(|p| p.into_inner());
+    json!({
+        "shard": j,
+        "path": *w.path.lock().unwrap_or_else(|p| p.into_inner()),
+        "damaged_files": w.damaged_files.load(Ordering::Relaxed),
+        "events": w.events.load(Ordering::Relaxed),
+        "event_bytes": w.event_bytes.load(Ordering::Relaxed),
+        "lost": w.lost.load(Ordering::Relaxed),
+        "commits": w.commits.load(Ordering::Relaxed),
+        "batch_max": w.batch_max.load(Ordering::Relaxed),
+        "commit_errors": w.commit_errors.load(Ordering::Relaxed),
+        "last_error": *w.last_error.lock().unwrap_or_else(|p| p.into_inner()),
+        "latency_us_p50": h.latency_us.value_at_quantile(0.5),
+        "latency_us_p99": h.latency_us.value_at_quantile(0.99),
+        "commit_us_p50": h.commit_us.value_at_quantile(0.5),
+        "commit_us_p99": h.commit_us.value_at_quantile(0.99),
+        "batch_items_p50": h.batch_items.value_at_quantile(0.5),
+        "channel": {
+            "slots": c.capacity.slots,
+            "bytes": c.capacity.bytes,
+            "occupied_slots": c.occupied_slots,
+            "occupied_bytes": c.occupied_bytes,
+            "full_stalls": c.full_stalls,
+            "receiver_sleeps": c.receiver_sleeps,
+        },
+    })
+}
+
+fn retention_stats(r: &crate::retention::RetentionStats) -> Value {
+    json!({
         "passes": r.passes.load(Ordering::Relaxed),
         "events_deleted": r.events_deleted.load(Ordering::Relaxed),
         "event_bytes_deleted": r.event_bytes_deleted.load(Ordering::Relaxed),
@@ -105,9 +110,11 @@ fn stats(state: &DaemonState) -> Value {
         "store_used_bytes": r.store_used_bytes.load(Ordering::Relaxed),
         "errors": r.errors.load(Ordering::Relaxed),
         "last_error": *r.last_error.lock().unwrap_or_else(|p| p.into_inner()),
-    });
-    let q = &state.queries;
-    let queries = json!({
+    })
+}
+
+fn query_stats(q: &crate::query::QueryStats) -> Value {
+    json!({
         "running": q.running.load(Ordering::Relaxed),
         "connections": q.connections.load(Ordering::Relaxed),
         "answered": q.served.load(Ordering::Relaxed),
@@ -115,9 +122,12 @@ fn stats(state: &DaemonState) -> Value {
         "refused_denied": q.refused_denied.load(Ordering::Relaxed),
         "refused_bad_request": q.refused_bad_request.load(Ordering::Relaxed),
         "failed": q.failed.load(Ordering::Relaxed),
-    });
+    })
+}
+
+fn syslog_stats(state: &DaemonState) -> Value {
     let y = &state.syslog;
-    let syslog = json!({
+    json!({
         "path": y.path_name(),
         "received": y.received.load(Ordering::Relaxed),
         "stored": y.stored.load(Ordering::Relaxed),
@@ -135,17 +145,6 @@ fn stats(state: &DaemonState) -> Value {
         "ring_waits": y.ring_waits.load(Ordering::Relaxed),
         "receive_calls": y.receive_calls.load(Ordering::Relaxed),
         "receive_errors": y.receive_errors.load(Ordering::Relaxed),
-    });
-    json!({
-        "rings": rings,
-        "shards": shards,
-        "queries": queries,
-        "syslog": syslog,
-        "retention": retention,
-        "descriptor_allowance": state.needed_descriptors,
-        "failing_writers": state.failing_writers.load(Ordering::Relaxed),
-        "damaged_shard_files": state.health.damaged(),
-        "access": state.policy,
     })
 }
 

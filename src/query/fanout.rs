@@ -10,10 +10,10 @@
 //! head row per shard. A query over S shards holds at most
 //! `2 × S × PAGE_ROWS` rows, whatever the number of matching rows.
 
-use super::filter::{Cursor, Filter, GapCursor, Order};
+use super::filter::{Filter, Order};
+use crate::store::rows::{Cursor, EventRow, GapCursor, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
 use rusqlite::OpenFlags;
 use rusqlite::{Connection, ToSql};
-use serde::{Deserialize, Serialize};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,92 +24,6 @@ use std::sync::Arc;
 /// row only (stripes keep runs of events in one shard).
 pub const PAGE_ROWS: usize = 256;
 pub const FIRST_PAGE_ROWS: usize = 2;
-
-/// One stored event, as queries return it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EventRow {
-    pub ts: i64,
-    pub cpu: u32,
-    pub seq: u64,
-    pub ring_epoch: i64,
-    pub pid: u32,
-    pub tid: u32,
-    pub uid: u32,
-    pub level: u8,
-    pub provider: String,
-    pub name: String,
-    pub message: String,
-    /// JSON object text, or absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fields: Option<String>,
-}
-
-impl EventRow {
-    pub fn cursor(&self) -> Cursor {
-        Cursor {
-            ts: self.ts,
-            cpu: self.cpu,
-            seq: self.seq,
-            ring_epoch: self.ring_epoch,
-        }
-    }
-
-    pub(crate) fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
-        Ok(EventRow {
-            ts: r.get(0)?,
-            cpu: r.get(1)?,
-            seq: r.get::<_, i64>(2)? as u64,
-            ring_epoch: r.get(3)?,
-            pid: r.get(4)?,
-            tid: r.get(5)?,
-            uid: r.get(6)?,
-            level: r.get(7)?,
-            provider: r.get(8)?,
-            name: r.get(9)?,
-            message: r.get(10)?,
-            fields: r.get(11)?,
-        })
-    }
-}
-
-/// Sequence numbers lost, as stored by the daemon.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GapRow {
-    pub ring_epoch: i64,
-    pub cpu: u32,
-    pub from_seq: u64,
-    pub to_seq: u64,
-    pub lost: u64,
-    pub reason: String,
-    /// Last event seen before the gap (0 if none) and when it was found: the
-    /// lost events lie between.
-    pub ts_before: i64,
-    pub detected_at: i64,
-}
-
-impl GapRow {
-    pub fn cursor(&self) -> GapCursor {
-        GapCursor {
-            detected_at: self.detected_at,
-            cpu: self.cpu,
-            from_seq: self.from_seq,
-            ring_epoch: self.ring_epoch,
-        }
-    }
-
-    fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<GapRow> {
-        Ok(GapRow {
-            ring_epoch: r.get(0)?,
-            cpu: r.get(1)?,
-            from_seq: r.get::<_, i64>(2)? as u64,
-            to_seq: r.get::<_, i64>(3)? as u64,
-            lost: r.get::<_, i64>(4)? as u64,
-            reason: r.get(5)?,
-            ts_before: r.get(6)?,
-            detected_at: r.get(7)?,
-        })
-    }
-}
 
 /// One shard's rows of one listing (events or gaps), read a page at a time.
 struct Lane<R, K> {
@@ -491,8 +405,7 @@ impl FanOut {
             None => String::new(),
         };
         let sql = format!(
-            "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, message, \
-             fields FROM events WHERE {}{bound}{keyset} \
+            "SELECT {EVENT_COLUMNS} FROM events WHERE {}{bound}{keyset} \
              ORDER BY ts {dir}, cpu {dir}, seq {dir}, ring_epoch {dir} LIMIT ?{}",
             self.where_sql,
             params.len() + 1
@@ -545,8 +458,7 @@ impl FanOut {
             None => String::new(),
         };
         let sql = format!(
-            "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, detected_at \
-             FROM gaps WHERE detected_at >= ?1 AND ts_before < ?2 \
+            "SELECT {GAP_COLUMNS} FROM gaps WHERE detected_at >= ?1 AND ts_before < ?2 \
              AND (?3 IS NULL OR cpu = ?3){keyset} \
              ORDER BY detected_at {dir}, cpu {dir}, from_seq {dir}, ring_epoch {dir} LIMIT ?4"
         );
@@ -586,7 +498,7 @@ mod tests {
         let path = dir.join(name);
         let conn = crate::store::open_shard(&path).unwrap();
         conn.execute(
-            crate::store::writer::INSERT_EVENT,
+            crate::store::rows::INSERT_EVENT,
             rusqlite::params![
                 1i64,
                 0,
@@ -640,12 +552,18 @@ mod tests {
                 // Equal detection times across shards and cpus: the rest of
                 // the key decides.
                 let (detected_at, cpu, from_seq) = (k / 4, (k + shard) % 3, 10 * k + shard);
-                conn.execute(
-                    "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, \
-                     ts_before, detected_at) VALUES (1, ?1, ?2, ?2, 1, 'overwritten', 0, ?3)",
-                    [cpu, from_seq, detected_at],
-                )
-                .unwrap();
+                let gap = crate::store::rows::NewGap {
+                    ring_epoch: 1,
+                    cpu: cpu as u32,
+                    from_seq: from_seq as u64,
+                    to_seq: from_seq as u64,
+                    lost: 1,
+                    reason: "overwritten",
+                    ts_before: 0,
+                    detected_at,
+                };
+                let mut insert = conn.prepare(crate::store::rows::INSERT_GAP).unwrap();
+                gap.insert(&mut insert).unwrap();
                 want.push((detected_at, cpu as u32, from_seq as u64));
             }
         }

@@ -1,5 +1,6 @@
 //! What a query asks for, and the SQL that filters it in each shard.
 
+pub use crate::store::rows::{Cursor, GapCursor};
 use serde::{Deserialize, Serialize};
 
 /// Oldest first (ascending `(ts, cpu, seq, ring_epoch)`) or newest first.
@@ -9,66 +10,6 @@ pub enum Order {
     #[default]
     OldestFirst,
     NewestFirst,
-}
-
-/// Where a page ended: the sort key of its last event. The next page starts
-/// strictly after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Cursor {
-    pub ts: i64,
-    pub cpu: u32,
-    pub seq: u64,
-    pub ring_epoch: i64,
-}
-
-impl Cursor {
-    /// The cursor as an opaque token for the command line.
-    pub fn token(&self) -> String {
-        format!("{}.{}.{}.{}", self.ts, self.cpu, self.seq, self.ring_epoch)
-    }
-
-    pub fn parse(token: &str) -> Option<Cursor> {
-        let mut parts = token.split('.');
-        let cursor = Cursor {
-            ts: parts.next()?.parse().ok()?,
-            cpu: parts.next()?.parse().ok()?,
-            seq: parts.next()?.parse().ok()?,
-            ring_epoch: parts.next()?.parse().ok()?,
-        };
-        parts.next().is_none().then_some(cursor)
-    }
-}
-
-/// Where a page's gaps ended: the sort key of its last gap row. Gaps are
-/// listed in `(detected_at, cpu, from_seq, ring_epoch)` order (newest first
-/// with [`Order::NewestFirst`]), and the next page's gaps start strictly
-/// after this key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct GapCursor {
-    pub detected_at: i64,
-    pub cpu: u32,
-    pub from_seq: u64,
-    pub ring_epoch: i64,
-}
-
-impl GapCursor {
-    /// The gap cursor as four numbers joined by dots, like [`Cursor::token`].
-    pub fn token(&self) -> String {
-        format!(
-            "{}.{}.{}.{}",
-            self.detected_at, self.cpu, self.from_seq, self.ring_epoch
-        )
-    }
-
-    pub fn parse(token: &str) -> Option<GapCursor> {
-        let c = Cursor::parse(token)?;
-        Some(GapCursor {
-            detected_at: c.ts,
-            cpu: c.cpu,
-            from_seq: c.seq,
-            ring_epoch: c.ring_epoch,
-        })
-    }
 }
 
 /// What `eventctl` prints as `--cursor TOKEN`: where a page's events and

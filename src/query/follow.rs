@@ -6,9 +6,9 @@
 //! every event is sent exactly once even when shards commit out of time
 //! order.
 
-use super::fanout::EventRow;
 use super::filter::Filter;
 use crate::store::recovery::open_read_only;
+use crate::store::rows::{EventRow, EVENT_COLUMNS, EVENT_COLUMN_COUNT};
 use rusqlite::{Connection, ToSql};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -69,14 +69,15 @@ impl Follower {
             let after = *last;
             params.push(&after);
             let sql = format!(
-                "SELECT ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, \
-                 message, fields, id FROM events WHERE {} AND id > ?{} ORDER BY id LIMIT {per_shard}",
+                "SELECT {EVENT_COLUMNS}, id FROM events WHERE {} AND id > ?{} ORDER BY id \
+                 LIMIT {per_shard}",
                 self.where_sql,
                 params.len()
             );
             let found = conn.prepare_cached(&sql).and_then(|mut stmt| {
                 stmt.query_map(params.as_slice(), |r| {
-                    Ok((EventRow::from_row(r)?, r.get::<_, i64>(12)?))
+                    // The row id follows the event's columns.
+                    Ok((EventRow::from_row(r)?, r.get::<_, i64>(EVENT_COLUMN_COUNT)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()
             });

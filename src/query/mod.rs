@@ -6,10 +6,12 @@
 pub mod fanout;
 pub mod filter;
 pub mod follow;
+mod peer;
 pub mod protocol;
 pub mod server;
 
-pub use fanout::{EventRow, FanOut, GapRow};
+pub use crate::store::rows::{EventRow, GapRow};
+pub use fanout::FanOut;
 pub use filter::{Cursor, Filter, GapCursor, Order, PageCursor};
 pub use protocol::Request;
 pub use server::{Access, QueryServer, QueryStats};

@@ -1,8 +1,8 @@
 //! How `eventctl` prints events: human text (coloured on a terminal), JSON
 //! lines, or an aligned table.
 
-use super::fanout::{EventRow, GapRow};
 use crate::rings::Level;
+use crate::store::rows::{EventRow, GapRow};
 use std::io::Write;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -29,8 +29,9 @@
 
 use super::fanout::FanOut;
 use super::filter::Filter;
-use super::filter::{Cursor, GapCursor};
 use super::follow::Follower;
+pub use super::peer::Access;
+use super::peer::{peer_credentials, peer_groups};
 use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -55,88 +56,12 @@ pub const REPORT_CONNECTIONS: u64 = 4;
 /// drops) before answering it: a whole request, and one more buffer.
 const REFUSAL_READ_BYTES_MAX: usize = REQUEST_BYTES_MAX + REFUSAL_READ_BYTES;
 const REFUSAL_READ_BYTES: usize = 4096;
-/// Supplementary groups of a peer read at most (the kernel's limit is
-/// 65536; a peer with more is judged by the first ones).
-const PEER_GROUPS_MAX: usize = 4096;
 /// Refusals logged per second at most (the rest are counted only).
 const REFUSAL_LOGS_PER_SECOND: u32 = 4;
 
 /// Answers for the requests that are not queries (the daemon provides them;
 /// the query code never reaches into the writers).
 pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
-
-/// Who may read events: root, eventd's own user, and whoever the query
-/// grant names (a group, or every local user).
-#[derive(Debug, Clone)]
-pub struct Access {
-    pub grant: crate::access::Grant,
-}
-
-impl Access {
-    /// Whether a peer with these credentials may read events. Group
-    /// membership is the peer's own supplementary groups as the kernel
-    /// gave them at connect (SO_PEERGROUPS), the same groups the kernel
-    /// checks when that process opens a shard file: no user or group
-    /// database is read, and what the socket allows is what the files allow.
-    pub fn allows(&self, uid: libc::uid_t, gid: libc::gid_t, groups: &[libc::gid_t]) -> bool {
-        self.grant.allows(uid, gid, groups)
-    }
-}
-
-/// The peer's supplementary groups (SO_PEERGROUPS), as they were when it
-/// connected; empty if the kernel cannot say.
-fn peer_groups(stream: &UnixStream) -> Vec<libc::gid_t> {
-    let mut groups: Vec<libc::gid_t> = vec![0; 64];
-    loop {
-        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
-        // SAFETY: `groups` has room for `len` bytes; the kernel writes at
-        // most that and sets `len` to what it wrote (or, with ERANGE, to
-        // what it needs).
-        let rc = unsafe {
-            libc::getsockopt(
-                stream.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERGROUPS,
-                groups.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        let n = len as usize / std::mem::size_of::<libc::gid_t>();
-        if rc == 0 {
-            groups.truncate(n);
-            return groups;
-        }
-        let range = std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE);
-        if !range || n <= groups.len() || groups.len() >= PEER_GROUPS_MAX {
-            return Vec::new();
-        }
-        groups.resize(n.min(PEER_GROUPS_MAX), 0);
-    }
-}
-
-/// The peer's (pid, uid, gid).
-fn peer_credentials(stream: &UnixStream) -> std::io::Result<(i32, u32, u32)> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: cred and len are valid out pointers of the sizes given.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((cred.pid, cred.uid, cred.gid))
-}
 
 pub struct QueryServer {
     path: PathBuf,
@@ -403,6 +328,8 @@ fn refuse(mut stream: UnixStream, code: ErrorCode, message: &str) {
     let _ = stream.write(line.as_bytes());
 }
 
+// Longer than the ~70 lines a function should be: the life of one connection,
+// request to answer, each refusal answered where it is found.
 fn serve(mut stream: UnixStream, shared: &Shared, accepted: Instant, pid: i32) {
     // A client that stops reading gets its query ended, not a slot forever.
     if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
@@ -564,51 +491,24 @@ fn run_query(
         bounds.as_ref(),
         Some(shared.pool.clone()),
     )?;
-    let mut count = 0u64;
-    let mut last: Option<Cursor> = None;
-    while let Some(row) = fan.next_event() {
-        last = Some(row.cursor());
-        count += 1;
-        writeln!(out, "{}", serde_json::json!({ "event": row }))?;
-        // Buffered writes may not fail for a while after the client left.
-        if count % 1024 == 0 && peer_gone(stream) {
-            return Ok(());
-        }
-    }
+    let Some((count, last)) = list(
+        stream,
+        &mut out,
+        "event",
+        || fan.next_event(),
+        |e| e.cursor(),
+    )?
+    else {
+        return Ok(());
+    };
     // Gaps are streamed like events, with their own cursor and limit.
-    let mut gaps = 0u64;
-    let mut last_gap: Option<GapCursor> = None;
-    while let Some(gap) = fan.next_gap() {
-        last_gap = Some(gap.cursor());
-        gaps += 1;
-        writeln!(out, "{}", serde_json::json!({ "gap": gap }))?;
-        if gaps % 1024 == 0 && peer_gone(stream) {
-            return Ok(());
-        }
-    }
-    for warning in &fan.warnings {
-        writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
-    }
-    if let Some(health) = &shared.health {
-        for (path, why) in &fan.damaged {
-            health.report_corrupt(path, why);
-        }
-        // Every damaged file eventd knows of, whether or not this query
-        // met it: what it holds may be missing from every answer.
-        for d in health.damaged() {
-            let instead = d.replaced_by.as_ref().map_or(String::new(), |n| {
-                format!("; its shard writes {} instead", n.display())
-            });
-            let warning = format!(
-                "{} is damaged ({}); it is left as it is and what it holds may be missing{instead}",
-                d.path.display(),
-                d.reason
-            );
-            writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
-        }
-    }
+    let Some((gaps, last_gap)) = list(stream, &mut out, "gap", || fan.next_gap(), |g| g.cursor())?
+    else {
+        return Ok(());
+    };
+    warn(&mut out, &fan, shared.health.as_deref())?;
     drop(fan);
-    let Some(mut follower) = follower else {
+    let Some(follower) = follower else {
         // Each cursor is where its listing stands: the last row sent, or
         // where the request started when this page sent none (so that an
         // exhausted listing stays exhausted on the next page).
@@ -622,8 +522,73 @@ fn run_query(
         return out.flush();
     };
     out.flush()?;
+    follow_on(stream, &mut out, follower, &shared.stop)
+}
+
+/// Writes every row `next` gives as `{"KIND": row}` lines: how many and
+/// the key of the last, or `None` if the client left meanwhile (looked at
+/// every 1024 rows: buffered writes may not fail for a while after it left).
+fn list<R: serde::Serialize, K>(
+    stream: &UnixStream,
+    out: &mut impl Write,
+    kind: &str,
+    mut next: impl FnMut() -> Option<R>,
+    key: impl Fn(&R) -> K,
+) -> std::io::Result<Option<(u64, Option<K>)>> {
+    let (mut count, mut last) = (0u64, None);
+    while let Some(row) = next() {
+        last = Some(key(&row));
+        count += 1;
+        writeln!(out, "{}", serde_json::json!({ kind: row }))?;
+        if count % 1024 == 0 && peer_gone(stream) {
+            return Ok(None);
+        }
+    }
+    Ok(Some((count, last)))
+}
+
+/// The query's warnings (shards that did not answer), and one for every
+/// damaged file eventd knows of, whether or not this query met it: what it
+/// holds may be missing from every answer. Damage this query met is
+/// reported, so the shard's writer moves on.
+fn warn(
+    out: &mut impl Write,
+    fan: &FanOut,
+    health: Option<&crate::store::StoreHealth>,
+) -> std::io::Result<()> {
+    for warning in &fan.warnings {
+        writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
+    }
+    let Some(health) = health else {
+        return Ok(());
+    };
+    for (path, why) in &fan.damaged {
+        health.report_corrupt(path, why);
+    }
+    for d in health.damaged() {
+        let instead = d.replaced_by.as_ref().map_or(String::new(), |n| {
+            format!("; its shard writes {} instead", n.display())
+        });
+        let warning = format!(
+            "{} is damaged ({}); it is left as it is and what it holds may be missing{instead}",
+            d.path.display(),
+            d.reason
+        );
+        writeln!(out, "{}", serde_json::json!({ "warning": warning }))?;
+    }
+    Ok(())
+}
+
+/// A follow query's second part: events committed after it started, until
+/// the client leaves or eventd stops.
+fn follow_on(
+    stream: &UnixStream,
+    out: &mut impl Write,
+    mut follower: Follower,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
     loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
             return Ok(());
         }
         let (rows, more) = follower.poll()?;

@@ -12,7 +12,7 @@
 //!    cutoff for every database, and the store is measured again.
 //! 3. **Receipts.** Old receipts of live rings are compacted into summary
 //!    rows (never deleted: recovery needs them, see
-//!    [`store::trim::compact_receipts`](crate::store::trim::compact_receipts));
+//!    [`store::retention::trim::compact_receipts`](crate::store::retention::trim::compact_receipts));
 //!    receipts of ring epochs that no longer exist go with the events of
 //!    their time.
 //! 4. **Space.** Databases that lost rows give free pages back to the
@@ -20,15 +20,16 @@
 //!    transaction.
 //!
 //! Who writes (R8): an active shard's deletions run on its writer thread,
-//! between two of its commits ([`store::control`](crate::store::control)); a
+//! between two of its commits ([`store::retention`](crate::store::retention)); a
 //! historical shard (no writer) is trimmed through the coordinator's own
 //! connection, its only writer. Database files are never deleted (R12).
 
 use crate::channel::Sender;
 use crate::config::live::LiveConfig;
-use crate::store::control::{self, CallError, Reply, Request, WriterControl};
-use crate::store::trim::{ShardUsage, Trimmed};
-use crate::store::{self, Handoff};
+use crate::drain::Handoff;
+use crate::store;
+use crate::store::retention::control::{self, CallError, Reply, Request, WriterControl};
+use crate::store::retention::trim::{ShardUsage, Trimmed};
 use rusqlite::Connection;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

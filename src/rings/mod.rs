@@ -10,6 +10,8 @@
 
 #[cfg(not(loom))]
 pub mod attach;
+#[cfg(not(loom))]
+pub mod drops;
 pub mod event;
 pub mod format;
 #[cfg(not(loom))]

@@ -10,47 +10,15 @@
 //!    the receipt that ends just before it). Runs above the hole are already
 //!    committed: the drain skips them when it reads them again.
 
-use super::tracker::CommittedRuns;
+use super::rows::{Receipt, RECEIPT_COLUMNS};
 use super::StoreError;
+use super::StoreHealth;
+use crate::drain::RingPlan;
 use crate::rings::ReadPosition;
+use crate::rings::Ring;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-
-/// Where one ring epoch's drain starts and what it must not store again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RingPlan {
-    /// Reader position to resume at.
-    pub resume: ReadPosition,
-    /// Every sequence number at or below this is committed or stored as a
-    /// gap. Sequence numbers between it and `resume.next_seq` that are not in
-    /// `above` were passed over by the reader before (lost): the drain
-    /// records them as a gap.
-    pub committed_through: u64,
-    /// Committed runs above `committed_through`.
-    pub above: Vec<(u64, u64)>,
-}
-
-impl RingPlan {
-    /// A ring nothing was ever committed from.
-    pub const FRESH: RingPlan = RingPlan {
-        resume: ReadPosition::START,
-        committed_through: 0,
-        above: Vec::new(),
-    };
-
-    pub fn committed_runs(&self) -> CommittedRuns {
-        CommittedRuns::new(self.above.clone())
-    }
-}
-
-/// A receipt row, as recovery needs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Run {
-    first: u64,
-    last: u64,
-    position: u64,
-    next_seq: u64,
-}
+use std::sync::Arc;
 
 /// Read-only connections to every shard database, for recovery.
 pub struct ReceiptReader {
@@ -154,24 +122,17 @@ impl ReceiptReader {
         })
     }
 
-    fn runs_from(&mut self, epoch: i64, from: u64) -> Result<Vec<Run>, (usize, StoreError)> {
+    fn runs_from(&mut self, epoch: i64, from: u64) -> Result<Vec<Receipt>, (usize, StoreError)> {
         let mut runs = Vec::new();
+        let sql = format!(
+            "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE ring_epoch = ?1 AND last_seq >= ?2"
+        );
         for (i, (path, conn)) in self.shards.iter().enumerate() {
             let mut found = conn
-                .prepare_cached(
-                    "SELECT first_seq, last_seq, position, next_seq FROM receipts \
-                     WHERE ring_epoch = ?1 AND last_seq >= ?2",
-                )
+                .prepare_cached(&sql)
                 .and_then(|mut stmt| {
-                    stmt.query_map([epoch, from as i64], |r| {
-                        Ok(Run {
-                            first: r.get::<_, i64>(0)? as u64,
-                            last: r.get::<_, i64>(1)? as u64,
-                            position: r.get::<_, i64>(2)? as u64,
-                            next_seq: r.get::<_, i64>(3)? as u64,
-                        })
-                    })?
-                    .collect::<rusqlite::Result<Vec<Run>>>()
+                    stmt.query_map([epoch, from as i64], Receipt::from_row)?
+                        .collect::<rusqlite::Result<Vec<Receipt>>>()
                 })
                 .map_err(|e| (i, unreadable(path, e)))?;
             runs.append(&mut found);
@@ -180,10 +141,62 @@ impl ReceiptReader {
     }
 }
 
+/// The plan of each ring in `rings` (by epoch) from the receipts of every
+/// database in `paths` (R6, R7), saying in the log what each ring resumes
+/// at. Databases left out (not trusted, or unreadable: the latter are
+/// recorded as damaged in `health`) and those that fail mid-way are named
+/// in the log: the events committed there may be stored a second time.
+/// `trust_watermarks`: see [`ReceiptReader::open`].
+pub fn plan_rings(
+    paths: &[PathBuf],
+    rings: &[Arc<Ring>],
+    trust_watermarks: bool,
+    health: &StoreHealth,
+) -> Vec<RingPlan> {
+    let (mut receipts, left_out) = ReceiptReader::open(paths, trust_watermarks);
+    for (path, why) in left_out {
+        tracing::error!(
+            database = %path.display(),
+            reason = %why,
+            "receipts left out of recovery: events committed there may be stored again"
+        );
+        if !why.starts_with("not trusted") {
+            health.mark_damaged(
+                super::Damaged {
+                    path,
+                    reason: why,
+                    found_at: crate::rings::now_ns(),
+                    replaced_by: None,
+                },
+                None,
+            );
+        }
+    }
+    let mut plans = Vec::with_capacity(rings.len());
+    for ring in rings {
+        let (plan, failed) = receipts.plan(ring.epoch());
+        for e in failed {
+            tracing::error!(error = %e, "receipts left out of recovery");
+        }
+        tracing::info!(
+            cpu = ring.cpu(),
+            ring = %ring.path().display(),
+            epoch = %format_args!("{:016x}", ring.epoch()),
+            committed_through = plan.committed_through,
+            resume_seq = plan.resume.next_seq,
+            committed_runs_above = plan.above.len(),
+            lost_before_resume = plan.resume_gap().map_or(0, |g| g.count()),
+            "ring recovered"
+        );
+        plans.push(plan);
+    }
+    plans
+}
+
 /// Merges `runs` upward from `watermark`. `None` if no run ends at the
 /// watermark (so its resume position is unknown).
-fn plan_from_runs(watermark: u64, mut runs: Vec<Run>) -> Option<RingPlan> {
-    runs.sort_unstable_by_key(|r| (r.first, r.last));
+fn plan_from_runs(watermark: u64, mut runs: Vec<Receipt>) -> Option<RingPlan> {
+    runs.sort_unstable_by_key(|r| (r.first_seq, r.last_seq));
     let mut through = watermark;
     let mut resume = if watermark == 0 {
         Some(ReadPosition::START)
@@ -192,16 +205,16 @@ fn plan_from_runs(watermark: u64, mut runs: Vec<Run>) -> Option<RingPlan> {
     };
     let mut above = Vec::new();
     for run in runs {
-        if run.last < through {
+        if run.last_seq < through {
             continue;
         }
-        if !above.is_empty() || run.first > through + 1 {
+        if !above.is_empty() || run.first_seq > through + 1 {
             // Past the first hole.
-            above.push((run.first, run.last));
+            above.push((run.first_seq, run.last_seq));
             continue;
         }
-        if run.last > through || resume.is_none() {
-            through = run.last;
+        if run.last_seq > through || resume.is_none() {
+            through = run.last_seq;
             resume = Some(ReadPosition::from_words(run.position, run.next_seq));
         }
     }
@@ -229,12 +242,16 @@ pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
 mod tests {
     use super::*;
 
-    fn run(first: u64, last: u64) -> Run {
-        Run {
-            first,
-            last,
+    fn run(first: u64, last: u64) -> Receipt {
+        Receipt {
+            ring_epoch: 7,
+            cpu: 0,
+            first_seq: first,
+            last_seq: last,
             position: last * 100,
             next_seq: last + 1,
+            committed_through: 0,
+            committed_at: 0,
         }
     }
 

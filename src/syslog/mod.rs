@@ -32,7 +32,8 @@ pub mod recvmmsg;
 pub mod stream;
 pub mod uring;
 
-pub use record::{DropReport, Drops, IngestParts};
+pub use crate::rings::drops::{DropReport, Drops};
+pub use record::IngestParts;
 use record::{Ingest, Transport};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -259,111 +260,141 @@ impl SyslogListener {
             stream: None,
             stream_fd: None,
         };
-        let ingest = Ingest::new(parts, stats.clone(), stop.clone());
+        let ingest = Ingest::new(parts, stats.clone(), stop);
         if let Some(path) = &config.datagram {
-            let err = |source| SyslogError::Socket {
-                path: path.clone(),
-                source,
-            };
-            bind_path(path, false)?;
-            let socket = UnixDatagram::bind(path).map_err(err)?;
-            listener.paths.push(Bound::new(path));
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
-            let fd = socket.as_raw_fd();
-            set_int_option(fd, libc::SO_PASSCRED, 1).map_err(err)?;
-            // As root the limit can be passed; otherwise the system's cap
-            // applies, which is fine.
-            if set_int_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES).is_err() {
-                let _ = set_int_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES);
-            }
-            // SAFETY: eventfd has no memory preconditions; the result is
-            // checked before it is owned.
-            let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-            if wake < 0 {
-                return Err(err(std::io::Error::last_os_error()));
-            }
-            // SAFETY: a fresh descriptor nobody else owns.
-            let wake =
-                unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) };
-            let wake_fd = wake.as_raw_fd();
-            listener.wake = Some(wake);
-            let (mut ingest, stats, stop) = (ingest.clone(), stats.clone(), stop.clone());
-            // The receiving thread sets io_uring up itself (a ring set up
-            // for one issuer belongs to the thread that made it) and says
-            // whether it could before start-up goes on.
-            let mode = config.receive;
-            let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-            let thread = std::thread::Builder::new()
-                .name("syslog-dgram".into())
-                .spawn(move || {
-                    let receiver = match mode {
-                        ReceiveMode::Recvmmsg => None,
-                        ReceiveMode::IoUring => match uring::UringReceiver::new() {
-                            Ok(r) => Some(r),
-                            Err(e) => {
-                                let _ = ready_tx.send(Err(e));
-                                return;
-                            }
-                        },
-                        ReceiveMode::Auto => match uring::UringReceiver::new() {
-                            Ok(r) => Some(r),
-                            Err(e) => {
-                                tracing::warn!(
-                                    reason = %e,
-                                    "io_uring is not available; the syslog socket is read with recvmmsg"
-                                );
-                                None
-                            }
-                        },
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    receive(fd, wake_fd, receiver, &mut ingest, &stats, &stop)
-                })
-                .map_err(SyslogError::Spawn)?;
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    let _ = thread.join();
-                    return Err(SyslogError::NoIoUring(e));
-                }
-                Err(_) => {
-                    let _ = thread.join();
-                    return Err(SyslogError::Spawn(std::io::Error::other(
-                        "the syslog receiving thread ended while setting up",
-                    )));
-                }
-            }
-            tracing::info!(socket = %path.display(), "syslog datagram socket listening");
-            listener.fds.push(fd);
-            listener.threads.push(thread);
-            listener._datagram = Some(socket);
+            listener.listen_datagram(path, config.receive, ingest.clone(), &stats)?;
         }
         if let Some(path) = &config.stream {
-            let err = |source| SyslogError::Socket {
-                path: path.clone(),
-                source,
-            };
-            bind_path(path, true)?;
-            let socket = UnixListener::bind(path).map_err(err)?;
-            listener.paths.push(Bound::new(path));
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
-            listener.stream_fd = Some(
-                std::os::fd::AsFd::as_fd(&socket)
-                    .try_clone_to_owned()
-                    .map_err(err)?,
-            );
-            let shared = Arc::new(stream::Shared::new(stats.clone(), stop.clone()));
-            listener.stream = Some(shared.clone());
-            let ingest = ingest.clone();
-            let thread = std::thread::Builder::new()
-                .name("syslog-accept".into())
-                .spawn(move || stream::accept_loop(socket, ingest, shared))
-                .map_err(SyslogError::Spawn)?;
-            tracing::info!(socket = %path.display(), "syslog stream socket listening");
-            listener.threads.push(thread);
+            listener.listen_stream(path, ingest, &stats)?;
         }
         Ok(listener)
     }
+
+    /// Binds the datagram socket at `path` (mode 0666, credentials passed)
+    /// and starts its receiving thread, which sets io_uring up itself (a
+    /// ring set up for one issuer belongs to the thread that made it) and
+    /// says whether it could before start-up goes on.
+    fn listen_datagram(
+        &mut self,
+        path: &Path,
+        mode: ReceiveMode,
+        mut ingest: Ingest,
+        stats: &Arc<SyslogStats>,
+    ) -> Result<(), SyslogError> {
+        let err = |source| SyslogError::Socket {
+            path: path.to_path_buf(),
+            source,
+        };
+        bind_path(path, false)?;
+        let socket = UnixDatagram::bind(path).map_err(err)?;
+        self.paths.push(Bound::new(path));
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+        let fd = socket.as_raw_fd();
+        set_int_option(fd, libc::SO_PASSCRED, 1).map_err(err)?;
+        // As root the limit can be passed; otherwise the system's cap
+        // applies, which is fine.
+        if set_int_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES).is_err() {
+            let _ = set_int_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES);
+        }
+        let wake = eventfd().map_err(err)?;
+        let wake_fd = wake.as_raw_fd();
+        self.wake = Some(wake);
+        let (stats, stop) = (stats.clone(), self.stop.clone());
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("syslog-dgram".into())
+            .spawn(move || {
+                let receiver = match set_up_receiver(mode) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                receive(fd, wake_fd, receiver, &mut ingest, &stats, &stop)
+            })
+            .map_err(SyslogError::Spawn)?;
+        let ready = ready_rx.recv();
+        if !matches!(ready, Ok(Ok(()))) {
+            let _ = thread.join();
+            return Err(match ready {
+                Ok(Err(e)) => SyslogError::NoIoUring(e),
+                _ => SyslogError::Spawn(std::io::Error::other(
+                    "the syslog receiving thread ended while setting up",
+                )),
+            });
+        }
+        tracing::info!(socket = %path.display(), "syslog datagram socket listening");
+        self.fds.push(fd);
+        self.threads.push(thread);
+        self._datagram = Some(socket);
+        Ok(())
+    }
+
+    /// Binds the stream socket at `path` (mode 0666) and starts its accept
+    /// thread.
+    fn listen_stream(
+        &mut self,
+        path: &Path,
+        ingest: Ingest,
+        stats: &Arc<SyslogStats>,
+    ) -> Result<(), SyslogError> {
+        let err = |source| SyslogError::Socket {
+            path: path.to_path_buf(),
+            source,
+        };
+        bind_path(path, true)?;
+        let socket = UnixListener::bind(path).map_err(err)?;
+        self.paths.push(Bound::new(path));
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+        self.stream_fd = Some(
+            std::os::fd::AsFd::as_fd(&socket)
+                .try_clone_to_owned()
+                .map_err(err)?,
+        );
+        let shared = Arc::new(stream::Shared::new(stats.clone(), self.stop.clone()));
+        self.stream = Some(shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("syslog-accept".into())
+            .spawn(move || stream::accept_loop(socket, ingest, shared))
+            .map_err(SyslogError::Spawn)?;
+        tracing::info!(socket = %path.display(), "syslog stream socket listening");
+        self.threads.push(thread);
+        Ok(())
+    }
+}
+
+/// The io_uring receiver `mode` asks for: `None` for recvmmsg (asked for,
+/// or, in `Auto`, because io_uring is not available, which is logged once);
+/// an error only when io_uring is required and cannot be used.
+fn set_up_receiver(mode: ReceiveMode) -> Result<Option<uring::UringReceiver>, uring::Unavailable> {
+    match mode {
+        ReceiveMode::Recvmmsg => Ok(None),
+        ReceiveMode::IoUring => uring::UringReceiver::new().map(Some),
+        ReceiveMode::Auto => match uring::UringReceiver::new() {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => {
+                tracing::warn!(
+                    reason = %e,
+                    "io_uring is not available; the syslog socket is read with recvmmsg"
+                );
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// A fresh close-on-exec eventfd (the receiver's stop signal).
+fn eventfd() -> std::io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: eventfd has no memory preconditions; the result is checked
+    // before it is owned.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// The datagram receiver thread: io_uring if set up, else (or when it

@@ -14,9 +14,9 @@
 //! Historical shards have no writer: the coordinator runs the same
 //! [`Request`]s on its own connection with [`execute`].
 
-use super::handoff::{Handoff, Kind};
 use super::trim::{self, ShardUsage, Trimmed};
 use crate::channel::{Sender, TrySendError};
+use crate::drain::{Handoff, Kind};
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};

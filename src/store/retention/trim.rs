@@ -17,6 +17,7 @@
 //!   replaced by one summary row that recovery reads exactly as it read the
 //!   rows it replaces (see [`compact_receipts`]).
 
+use crate::store::rows::{Receipt, INSERT_RECEIPT};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
 /// The size and the time span of one shard database.
@@ -233,20 +234,19 @@ pub fn compact_receipts(
         &format!("DELETE FROM receipts WHERE id IN (SELECT id FROM ({batch}))"),
         args,
     )?;
-    tx.execute(
-        "INSERT INTO receipts (ring_epoch, cpu, first_seq, last_seq, position, next_seq, \
-         committed_through, committed_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            epoch,
-            cpu,
-            first,
-            last,
-            position,
-            next_seq,
-            through,
-            committed_at
-        ],
-    )?;
+    let summary = Receipt {
+        ring_epoch: epoch as u64,
+        cpu: cpu as u32,
+        first_seq: first as u64,
+        last_seq: last as u64,
+        position: position as u64,
+        next_seq: next_seq as u64,
+        committed_through: through as u64,
+        committed_at,
+    };
+    let mut insert = tx.prepare_cached(INSERT_RECEIPT)?;
+    summary.insert(&mut insert)?;
+    drop(insert);
     tx.commit()?;
     Ok(removed as u64)
 }
@@ -276,7 +276,7 @@ mod tests {
 
     fn insert_event(conn: &Connection, ts: i64, epoch: u64, seq: u64) {
         conn.execute(
-            crate::store::writer::INSERT_EVENT,
+            crate::store::rows::INSERT_EVENT,
             params![
                 ts,
                 0,
@@ -296,20 +296,19 @@ mod tests {
     }
 
     fn insert_receipt(conn: &Connection, epoch: u64, first: u64, last: u64, through: u64, at: i64) {
-        conn.execute(
-            "INSERT INTO receipts (ring_epoch, cpu, first_seq, last_seq, position, next_seq, \
-             committed_through, committed_at) VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                epoch as i64,
-                first as i64,
-                last as i64,
-                (last * 10) as i64,
-                (last + 1) as i64,
-                through as i64,
-                at
-            ],
-        )
-        .unwrap();
+        let receipt = Receipt {
+            ring_epoch: epoch,
+            cpu: 0,
+            first_seq: first,
+            last_seq: last,
+            position: last * 10,
+            next_seq: last + 1,
+            committed_through: through,
+            committed_at: at,
+        };
+        receipt
+            .insert(&mut conn.prepare(INSERT_RECEIPT).unwrap())
+            .unwrap();
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {
@@ -512,7 +511,7 @@ mod tests {
         let tx = conn.transaction().unwrap();
         for seq in 1..=rows as i64 {
             tx.execute(
-                crate::store::writer::INSERT_EVENT,
+                crate::store::rows::INSERT_EVENT,
                 params![
                     seq,
                     0,

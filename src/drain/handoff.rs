@@ -45,7 +45,7 @@ pub enum Kind {
     Event,
     Gap(LossReason),
     /// Not ring data: the retention coordinator has left a request in the
-    /// writer's [`WriterControl`](super::control::WriterControl) and wakes
+    /// writer's [`WriterControl`](crate::store::retention::WriterControl) and wakes
     /// the writer with this item (it carries no sequence numbers).
     Control,
 }

@@ -1,0 +1,415 @@
+//! The scenarios' bodies: the sweep scenarios (their points, the rounds,
+//! the report), and the pragmas, query and syslog measurements. `main.rs`
+//! parses the arguments and picks one.
+
+use crate::load::{Mode, Sizes};
+use crate::pipeline::{self, Knobs, Outcome};
+use crate::{ceiling, querybench, report, syslogbench, Args, Scenario};
+use anyhow::Context;
+use std::path::Path;
+use std::time::Duration;
+
+/// Runs one scenario's points; prints the table; writes JSON and SVG;
+/// returns the machine-readable summary line.
+pub(crate) fn run_scenario(
+    scenario: Scenario,
+    args: &Args,
+    setup: &pipeline::Setup,
+    sizes: Sizes,
+    work: &Path,
+) -> anyhow::Result<String> {
+    let default_secs = match scenario {
+        Scenario::Quick => 3.0,
+        Scenario::Baseline => 30.0,
+        _ => 10.0,
+    };
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(default_secs));
+    let mode = args.rate.map_or(Mode::FlatOut, Mode::Rate);
+    let d = Knobs::defaults();
+    let points = points_of(scenario);
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let run = |label: &str, knobs: Knobs, mode: Mode, with_ceiling: bool| {
+        let point = pipeline::Point {
+            label,
+            knobs,
+            mode,
+            sizes,
+            duration,
+            with_ceiling,
+        };
+        pipeline::run(work, setup, &point, &progress)
+    };
+    let (mut outcomes, all_runs) = run_rounds(&points, args.repeat, &progress, |label, knobs| {
+        run(label, knobs, mode, true)
+    })?;
+    let mut extra_line = None;
+    if scenario == Scenario::Baseline && mode == Mode::FlatOut {
+        // Latency at half the flat-out rate.
+        let half = ((outcomes[0].events_per_s / 2.0) as u64).max(1);
+        let o = run("half-rate", d, Mode::Rate(half), false)?;
+        progress.suspend(|| {
+            eprintln!(
+                "half rate ({half}/s): p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, lost {}",
+                o.latency_us_p50, o.latency_us_p99, o.latency_us_p999, o.latency_us_max, o.lost
+            )
+        });
+        extra_line = Some(format!(
+            "half_rate_events_per_s={half} half_rate_p99_us={} half_rate_lost={}",
+            o.latency_us_p99, o.lost
+        ));
+        outcomes.push(o);
+    }
+    progress.finish_and_clear();
+    let headline = outcomes
+        .iter()
+        .find(|o| o.knobs == d && o.mode == mode)
+        .or_else(|| {
+            outcomes
+                .iter()
+                .max_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling))
+        })
+        .context("no point was measured")?;
+    write_report(
+        scenario, args, sizes, duration, mode, &outcomes, &all_runs, headline,
+    )?;
+    if let Some(line) = extra_line {
+        println!("{line}");
+    }
+    Ok(report::summary_line(headline))
+}
+
+/// The labelled knobs a sweep scenario measures.
+fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
+    let cpus = eventd::rings::online_cpus().len() as i64;
+    let d = Knobs::defaults();
+    match scenario {
+        Scenario::Quick | Scenario::Baseline => vec![("defaults".into(), d)],
+        Scenario::Shards => {
+            let mut counts = vec![1, cpus, 2 * cpus, 16, 256];
+            counts.sort_unstable();
+            counts.dedup();
+            counts
+                .into_iter()
+                .map(|s| {
+                    (
+                        format!("S={s}"),
+                        Knobs {
+                            storage_shards: s,
+                            ..d
+                        },
+                    )
+                })
+                .collect()
+        }
+        Scenario::Batch => [64, 256, 1024, 4096, 16384]
+            .into_iter()
+            .map(|b| (format!("batch={b}"), Knobs { max_batch: b, ..d }))
+            .collect(),
+        Scenario::Stripe => [1, 16, 64, 256, 1024, 4096]
+            .into_iter()
+            .map(|l| {
+                (
+                    format!("L={l}"),
+                    Knobs {
+                        stripe_len: l,
+                        storage_shards: 2 * cpus,
+                        ..d
+                    },
+                )
+            })
+            .collect(),
+        Scenario::Channel => [
+            (0, 0),
+            (64, 64 << 10),
+            (256, 256 << 10),
+            (1024, 1 << 20),
+            (4096, 4 << 20),
+            (4096, 16 << 20),
+            (16384, 16 << 20),
+        ]
+        .into_iter()
+        .map(|(slots, bytes)| {
+            let label = if slots == 0 {
+                "auto".to_string()
+            } else {
+                format!("{slots}/{}K", bytes >> 10)
+            };
+            (
+                label,
+                Knobs {
+                    channel_slots: slots,
+                    channel_bytes: bytes,
+                    ..d
+                },
+            )
+        })
+        .collect(),
+        Scenario::All | Scenario::Pragmas | Scenario::Query | Scenario::Syslog => {
+            unreachable!("handled by main")
+        }
+    }
+}
+
+/// Runs every point `repeat` times, the whole list again each round (A B
+/// C A B C ...), so slow drifts of a shared machine spread over every
+/// point; each point then reports its run with the median ratio. Returns
+/// those and every run.
+fn run_rounds(
+    points: &[(String, Knobs)],
+    repeat: usize,
+    progress: &indicatif::ProgressBar,
+    mut run: impl FnMut(&str, Knobs) -> anyhow::Result<Outcome>,
+) -> anyhow::Result<(Vec<Outcome>, Vec<Outcome>)> {
+    let mut runs: Vec<Vec<Outcome>> = vec![Vec::new(); points.len()];
+    for round in 0..repeat.max(1) {
+        for (i, (label, knobs)) in points.iter().enumerate() {
+            let o = run(label, *knobs)?;
+            progress.suspend(|| eprintln!(
+                "{label} (round {}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
+                round + 1,
+                o.events_per_s,
+                o.ceiling_per_s,
+                o.ratio_to_ceiling,
+                o.lost,
+                o.latency_us_p99
+            ));
+            runs[i].push(o);
+        }
+    }
+    let all_runs: Vec<Outcome> = runs.iter().flatten().cloned().collect();
+    let medians = runs
+        .into_iter()
+        .map(|mut r| {
+            r.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
+            let mid = r.len() / 2;
+            r.swap_remove(mid)
+        })
+        .collect();
+    Ok((medians, all_runs))
+}
+
+/// Prints the scenario's table and writes its JSON report and SVG chart.
+#[allow(clippy::too_many_arguments)]
+fn write_report(
+    scenario: Scenario,
+    args: &Args,
+    sizes: Sizes,
+    duration: Duration,
+    mode: Mode,
+    outcomes: &[Outcome],
+    all_runs: &[Outcome],
+    headline: &Outcome,
+) -> anyhow::Result<()> {
+    let name = scenario.name();
+    let machine = report::Machine::describe();
+    println!(
+        "\n## {name} ({} CPUs, {}; load {:.0} s per point, message {}-{} bytes, {})\n",
+        machine.cpus,
+        machine.model,
+        duration.as_secs_f64(),
+        sizes.min,
+        sizes.max,
+        match mode {
+            Mode::FlatOut => "flat out".to_string(),
+            Mode::Rate(r) => format!("{r} events/s"),
+        }
+    );
+    print!("{}", report::table(outcomes));
+    let json = args.results.join(format!("{name}.json"));
+    let report = report::Report {
+        scenario: name,
+        machine,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        points: outcomes,
+        runs: all_runs,
+        headline,
+    };
+    report::write_json(&json, &report)?;
+    let svg = args.results.join(format!("{name}.svg"));
+    report::write_svg(&svg, name, outcomes)?;
+    println!("\nreport: {}  chart: {}", json.display(), svg.display());
+    Ok(())
+}
+
+// Longer than the ~70 lines a function should be: a table of variants, then
+// one loop measuring them; the table is most of it.
+/// The SQLite settings eventd ships with, against alternatives, measured as
+/// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
+/// transaction, best of three runs each).
+pub(crate) fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
+    // A new database's page size changes through a VACUUM outside WAL
+    // mode; each variant keeps the shipped ~4 MB of WAL between checkpoints.
+    let variants: [(&str, &[&str]); 9] = [
+        (
+            "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
+            &[],
+        ),
+        (
+            "4 KiB pages (SQLite's default)",
+            &[
+                "PRAGMA journal_mode = DELETE",
+                "PRAGMA page_size = 4096",
+                "VACUUM",
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA wal_autocheckpoint = 1000",
+            ],
+        ),
+        (
+            "16 KiB pages",
+            &[
+                "PRAGMA journal_mode = DELETE",
+                "PRAGMA page_size = 16384",
+                "VACUUM",
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA wal_autocheckpoint = 250",
+            ],
+        ),
+        (
+            "64 KiB pages",
+            &[
+                "PRAGMA journal_mode = DELETE",
+                "PRAGMA page_size = 65536",
+                "VACUUM",
+                "PRAGMA journal_mode = WAL",
+                "PRAGMA wal_autocheckpoint = 62",
+            ],
+        ),
+        ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
+        ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
+        (
+            "checkpoint every ~16 MB",
+            &["PRAGMA wal_autocheckpoint = 500"],
+        ),
+        (
+            "cache_size=2 MiB (SQLite default)",
+            &["PRAGMA cache_size = -2000"],
+        ),
+        ("without the events_ts index", &["DROP INDEX events_ts"]),
+    ];
+    let shards = eventd::rings::online_cpus().len();
+    let rows = 1_000_000;
+    let mut table = String::from("| variant | rows/s | vs shipped |\n|---|---|---|\n");
+    let mut results = Vec::new();
+    let mut shipped = f64::NAN;
+    for (name, adjust) in variants {
+        let mut best = 0f64;
+        for _ in 0..3 {
+            let dir = tempfile::Builder::new()
+                .prefix("pragmas-")
+                .tempdir_in(work)?;
+            let rate = ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)?;
+            best = best.max(rate);
+        }
+        if shipped.is_nan() {
+            shipped = best;
+        }
+        eprintln!("{name}: {best:.0} rows/s");
+        table.push_str(&format!("| {name} | {best:.0} | {:.2} |\n", best / shipped));
+        results.push(serde_json::json!({ "variant": name, "rows_per_s": best }));
+    }
+    println!("\n## pragmas ({shards} databases, {rows} rows, 4096 per transaction)\n");
+    print!("{table}");
+    let json = args.results.join("pragmas.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+    println!("\nreport: {}", json.display());
+    Ok(())
+}
+
+pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyhow::Result<String> {
+    let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
+    for round in 0..args.repeat.max(1) {
+        if args.repeat > 1 {
+            eprintln!("round {}", round + 1);
+        }
+        all.push(syslogbench::run(
+            &args.peers,
+            args.messages,
+            work,
+            eventd,
+            args.eventd_config.as_deref(),
+        )?);
+    }
+    let machine = report::Machine::describe();
+    println!(
+        "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
+        args.messages, machine.cpus
+    );
+    println!(
+        "| peer | stores into | stored/s | stored | lost | seconds | sender seconds | version |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for round in &all {
+        for r in round {
+            println!(
+                "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} |",
+                r.peer.name(),
+                r.stores_into,
+                r.stored_per_s,
+                r.stored,
+                r.lost,
+                r.seconds,
+                r.send_seconds,
+                r.version
+            );
+        }
+    }
+    let json = args.results.join("syslog.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&all)?)?;
+    println!("\nreport: {}", json.display());
+    // The last round's ratio of eventd to the fastest peer.
+    let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
+    let eventd_rate = last
+        .iter()
+        .find(|r| r.peer == syslogbench::Peer::Eventd)
+        .map_or(0.0, |r| r.stored_per_s);
+    let best_peer = last
+        .iter()
+        .filter(|r| !matches!(r.peer, syslogbench::Peer::Eventd | syslogbench::Peer::Floor))
+        .map(|r| r.stored_per_s)
+        .fold(0.0, f64::max);
+    Ok(format!(
+        "syslog eventd_per_s={eventd_rate:.0} best_peer_per_s={best_peer:.0} ratio={:.2}",
+        if best_peer > 0.0 {
+            eventd_rate / best_peer
+        } else {
+            0.0
+        }
+    ))
+}
+
+pub(crate) fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String> {
+    let points = querybench::run(work, args.query_events, args.repeat.max(5))?;
+    println!(
+        "\n## query ({} events; time range over the middle fifth, 100 results)\n",
+        args.query_events
+    );
+    println!(
+        "| databases | order | first result µs | 100 results µs | vs one database | 100 results, cold µs |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let mut worst_16 = 0f64;
+    for p in &points {
+        let base = points
+            .iter()
+            .find(|b| b.databases == 1 && b.order == p.order)
+            .map_or(1, |b| b.hundred_results_us.max(1));
+        let ratio = p.hundred_results_us as f64 / base as f64;
+        if p.databases == 16 {
+            worst_16 = worst_16.max(ratio);
+        }
+        println!(
+            "| {} | {:?} | {} | {} | {:.1}× | {} |",
+            p.databases,
+            p.order,
+            p.first_result_us,
+            p.hundred_results_us,
+            ratio,
+            p.cold_hundred_results_us
+        );
+    }
+    let json = args.results.join("query.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&points)?)?;
+    println!("\nreport: {}", json.display());
+    Ok(format!("query_16_shards_vs_one={worst_16:.1}"))
+}

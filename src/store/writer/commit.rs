@@ -1,0 +1,254 @@
+//! One commit: the batch copied out of the channel, its events and gaps
+//! inserted, one receipt per contiguous run of each ring's sequence
+//! numbers, all in one transaction (R6); then the commit is published to the
+//! ring trackers and the counters.
+
+use super::ShardWriter;
+use crate::drain::{split_payload, CommitTracker, Handoff, Kind};
+use crate::rings::LossReason;
+use crate::store::rows::{NewEvent, NewGap, Receipt, INSERT_EVENT, INSERT_GAP, INSERT_RECEIPT};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// Items copied out of the channel, waiting for the next commit.
+#[derive(Default)]
+pub(super) struct Batch {
+    pub(super) headers: Vec<Handoff>,
+    /// Payload of item i is `bytes[ends[i-1]..ends[i]]`.
+    pub(super) ends: Vec<usize>,
+    pub(super) bytes: Vec<u8>,
+}
+
+impl Batch {
+    pub(super) fn push(&mut self, h: &Handoff, payload: &[u8]) {
+        self.headers.push(*h);
+        self.bytes.extend_from_slice(payload);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.headers.len()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.headers.clear();
+        self.ends.clear();
+        self.bytes.clear();
+    }
+
+    pub(super) fn payload(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+}
+
+/// One receipt being built: a contiguous run of one ring's sequences.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Run {
+    /// Ordinal of the ring (which tracker it reports to); not stored.
+    pub(super) ring: u32,
+    /// The receipt row, its watermark filled in just before it is stored.
+    pub(super) receipt: Receipt,
+}
+
+impl ShardWriter {
+    /// One transaction: events, gaps, receipts ([`ShardWriter::insert_items`],
+    /// [`ShardWriter::insert_receipts`]); once it is durable, the commit is
+    /// published ([`ShardWriter::publish`]).
+    pub(super) fn commit(&mut self) -> rusqlite::Result<()> {
+        self.runs.clear();
+        let now_ns = crate::rings::now_ns();
+        let started = std::time::Instant::now();
+        let tx = self.conn.transaction()?;
+        let counts = insert_items(&tx, &self.batch, &mut self.runs, now_ns)?;
+        insert_receipts(&tx, &mut self.runs, &self.shared.trackers, now_ns)?;
+        tx.commit()?;
+        self.publish(counts, started.elapsed());
+        Ok(())
+    }
+
+    /// After a commit returned: the ring trackers learn which runs are
+    /// committed (so later receipts may claim them), and the counters and
+    /// histograms take the commit in.
+    fn publish(&self, counts: Counts, took: Duration) {
+        self.record_commit(took);
+        for run in &self.runs {
+            let r = &run.receipt;
+            self.shared.trackers[run.ring as usize].committed(
+                r.ring_epoch,
+                r.first_seq,
+                r.last_seq,
+            );
+        }
+        let s = &self.stats;
+        s.events.fetch_add(counts.events, Ordering::Relaxed);
+        s.event_bytes.fetch_add(counts.bytes, Ordering::Relaxed);
+        s.lost.fetch_add(counts.lost, Ordering::Relaxed);
+        s.commits.fetch_add(1, Ordering::Relaxed);
+        s.batch_max
+            .fetch_max(self.batch.len() as u64, Ordering::Relaxed);
+    }
+}
+
+/// What one commit stored.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    events: u64,
+    /// Payload bytes of the events, as stored.
+    bytes: u64,
+    /// Sequence numbers (or dropped messages) stored as gaps.
+    lost: u64,
+}
+
+/// Inserts the batch's events and gaps, and gathers its receipt runs.
+fn insert_items(
+    tx: &rusqlite::Transaction<'_>,
+    batch: &Batch,
+    runs: &mut Vec<Run>,
+    now_ns: i64,
+) -> rusqlite::Result<Counts> {
+    let mut counts = Counts::default();
+    let mut insert_event = tx.prepare_cached(INSERT_EVENT)?;
+    let mut insert_gap = tx.prepare_cached(INSERT_GAP)?;
+    for (i, h) in batch.headers.iter().enumerate() {
+        let parts = match h.kind {
+            Kind::Event => split_payload(h, batch.payload(i)),
+            Kind::Gap(_) | Kind::Control => None,
+        };
+        match (h.kind, parts) {
+            (Kind::Event, Some([provider, name, message, fields])) => {
+                let fields = stored_fields(fields);
+                let event = NewEvent {
+                    ts: h.ts_ns,
+                    cpu: h.cpu,
+                    seq: h.first_seq,
+                    ring_epoch: h.ring_epoch,
+                    pid: h.pid,
+                    tid: h.tid,
+                    uid: h.uid,
+                    level: h.level,
+                    provider,
+                    name,
+                    message,
+                    fields: fields.as_deref(),
+                };
+                event.insert(&mut insert_event)?;
+                counts.events += 1;
+                counts.bytes += event.payload_bytes();
+            }
+            (kind, _) => {
+                // A gap, or (never from our drain) an event whose payload
+                // does not split: stored as a corrupt gap so the sequence
+                // number stays accounted for.
+                let (reason, lost) = match kind {
+                    Kind::Gap(reason) => (reason, h.lost),
+                    // Control items never enter a batch (`accept`).
+                    Kind::Event | Kind::Control => {
+                        (LossReason::Corrupt, h.last_seq - h.first_seq + 1)
+                    }
+                };
+                NewGap {
+                    ring_epoch: h.ring_epoch,
+                    cpu: h.cpu,
+                    from_seq: h.first_seq,
+                    to_seq: h.last_seq,
+                    lost,
+                    reason: reason.name(),
+                    ts_before: h.ts_ns,
+                    detected_at: now_ns,
+                }
+                .insert(&mut insert_gap)?;
+                counts.lost += lost;
+            }
+        }
+        add_to_runs(runs, h, now_ns);
+    }
+    Ok(counts)
+}
+
+/// Inserts one receipt per run, each with its ring's watermark as it is
+/// now: the watermark only covers commits that already returned, so storing
+/// it never claims more than is durable.
+fn insert_receipts(
+    tx: &rusqlite::Transaction<'_>,
+    runs: &mut [Run],
+    trackers: &[CommitTracker],
+    now_ns: i64,
+) -> rusqlite::Result<()> {
+    let mut insert_receipt = tx.prepare_cached(INSERT_RECEIPT)?;
+    for run in runs.iter_mut() {
+        let r = &mut run.receipt;
+        r.committed_through = trackers[run.ring as usize].watermark(r.ring_epoch);
+        r.committed_at = now_ns;
+        r.insert(&mut insert_receipt)?;
+    }
+    Ok(())
+}
+
+impl ShardWriter {
+    /// Records the commit's duration and size, and the emit-to-commit
+    /// latency of the batch's events.
+    fn record_commit(&self, took: Duration) {
+        let done_ns = crate::rings::now_ns();
+        let mut h = self
+            .stats
+            .histograms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for item in &self.batch.headers {
+            if item.kind == Kind::Event {
+                // A producer clock ahead of ours counts as the minimum.
+                let us = done_ns.saturating_sub(item.ts_ns).max(0) as u64 / 1000;
+                h.latency_us.saturating_record(us.max(1));
+            }
+        }
+        h.batch_items.saturating_record(self.batch.len() as u64);
+        h.commit_us
+            .saturating_record((took.as_micros() as u64).max(1));
+    }
+}
+
+/// What the `fields` column gets: NULL for none, the text itself when it is
+/// a JSON object, else (a producer wrote something else: the ring is
+/// untrusted) an object keeping the text, so `json_extract` never fails on
+/// a row and nothing is dropped.
+pub(super) fn stored_fields(fields: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if fields.is_empty() {
+        return None;
+    }
+    let object = fields.trim_start().starts_with('{')
+        && serde_json::from_str::<serde::de::IgnoredAny>(fields).is_ok();
+    Some(if object {
+        std::borrow::Cow::Borrowed(fields)
+    } else {
+        std::borrow::Cow::Owned(serde_json::json!({ "invalid_fields": fields }).to_string())
+    })
+}
+
+/// Extends the ring's latest run with `h` if it continues it, else starts a
+/// new run. Items of one ring reach a writer in sequence order (one drain per
+/// ring, FIFO channel), so a stripe boundary is the only break.
+pub(super) fn add_to_runs(runs: &mut Vec<Run>, h: &Handoff, now_ns: i64) {
+    if let Some(run) = runs.iter_mut().rev().find(|r| r.ring == h.ring) {
+        let r = &mut run.receipt;
+        if r.ring_epoch == h.ring_epoch && r.last_seq.checked_add(1) == Some(h.first_seq) {
+            r.last_seq = h.last_seq;
+            r.position = h.position;
+            r.next_seq = h.next_seq;
+            return;
+        }
+    }
+    runs.push(Run {
+        ring: h.ring,
+        receipt: Receipt {
+            ring_epoch: h.ring_epoch,
+            cpu: h.cpu,
+            first_seq: h.first_seq,
+            last_seq: h.last_seq,
+            position: h.position,
+            next_seq: h.next_seq,
+            committed_through: 0,
+            committed_at: now_ns,
+        },
+    });
+}

@@ -1,0 +1,381 @@
+//! The shard writer: one thread per shard, the only writer of its database
+//! (R8).
+//!
+//! It takes items from its handoff channel into a batch and commits when the
+//! batch reaches MaxBatchSize or the channel runs dry (group commit: batches
+//! grow under load, an idle daemon commits each event at once). The batch is
+//! copied out of the channel first, so the channel's room goes back to the
+//! drains before the commit starts, and a transaction can hold many more
+//! events than the channel (R11). Every commit stores the events, the gaps
+//! and one receipt per contiguous run of each ring's sequence numbers in the
+//! same transaction (R6). A failed commit (full disk, say) is rolled back and
+//! retried with the same batch; meanwhile the channel fills and the drains
+//! pause, and the rings absorb the backlog.
+
+mod commit;
+mod damage;
+mod stats;
+
+pub use stats::{WriterHistograms, WriterStats};
+
+use super::health::StoreHealth;
+use super::retention::{self, WriterControl};
+use super::StoreError;
+use crate::channel::{Receiver, TryRecvError};
+use crate::drain::{CommitTracker, Handoff, Kind};
+use commit::{Batch, Run};
+use damage::FileWatch;
+use rusqlite::Connection;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every shard writer shares with the daemon.
+#[derive(Clone)]
+pub struct WriterShared {
+    /// MaxBatchSize; read before each batch, so a change applies to the next
+    /// commit (R11) and never touches the channel.
+    pub max_batch: Arc<AtomicU64>,
+    /// Commit trackers, indexed by ring ordinal.
+    pub trackers: Arc<[CommitTracker]>,
+    /// Set at shutdown: a failing commit is then given up after a few tries.
+    pub stopping: Arc<AtomicBool>,
+    /// Writers whose last commit failed (each counts itself once, until a
+    /// commit succeeds): the syslog listener does not wait for room in its
+    /// ring while this is not zero.
+    pub failing: Arc<AtomicU64>,
+    /// Damaged files and the file each shard writes (see [`StoreHealth`]).
+    pub health: Arc<StoreHealth>,
+    /// Where new generations of a shard are made, and their mode.
+    pub store_dir: PathBuf,
+    pub mode: crate::access::Mode,
+}
+
+pub struct ShardWriter {
+    /// Shard index (its files are `shard-NNN[-gG].db`).
+    index: usize,
+    path: PathBuf,
+    conn: Connection,
+    /// The file's identity and the least length it may have now (see
+    /// `check_file`).
+    file: FileWatch,
+    rx: Receiver<Handoff>,
+    shared: WriterShared,
+    stats: Arc<WriterStats>,
+    batch: Batch,
+    runs: Vec<Run>,
+    /// Retention's requests (see [`super::retention`]).
+    control: Arc<WriterControl>,
+}
+
+/// Commit attempts made at shutdown before giving a failing batch up (its
+/// events stay in the rings, uncommitted, and are drained at the next start).
+const SHUTDOWN_ATTEMPTS: u32 = 5;
+/// A batch of 2 up to this many items waits [`LINGER`] for more before it
+/// is committed (chosen with the syslog scenario of the load harness, see
+/// docs/performance.md).
+const LINGER_BELOW_ITEMS: usize = 1024;
+const LINGER: Duration = Duration::from_millis(1);
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+/// New files one batch may move on to (each after its commit found the
+/// file damaged); beyond, the batch is retried as a failing commit.
+const MOVES_PER_BATCH_MAX: u32 = 3;
+
+impl ShardWriter {
+    pub fn new(
+        index: usize,
+        path: PathBuf,
+        conn: Connection,
+        rx: Receiver<Handoff>,
+        shared: WriterShared,
+        stats: Arc<WriterStats>,
+        control: Arc<WriterControl>,
+    ) -> Self {
+        let mut rx = rx;
+        // The writer copies a batch out, then commits for a long while: room
+        // goes back once per batch (and whenever the channel is empty), not
+        // every 32 events, which would wake the drains dozens of times per
+        // commit.
+        rx.set_release_every(rx.capacity().slots);
+        *stats.path.lock().unwrap_or_else(|p| p.into_inner()) = path.clone();
+        ShardWriter {
+            index,
+            file: FileWatch::of(&path),
+            path,
+            conn,
+            rx,
+            shared,
+            stats,
+            batch: Batch::default(),
+            runs: Vec::new(),
+            control,
+        }
+    }
+
+    /// Runs until every drain has dropped its sender and the channel is
+    /// empty, then closes the database (checkpointing the WAL).
+    pub fn run(mut self) -> Result<(), StoreError> {
+        loop {
+            let batch = &mut self.batch;
+            batch.clear();
+            // Wait for one item, then read MaxBatchSize: a change made while
+            // the writer waited applies to this very batch (R11).
+            if self.rx.recv_batch(1, |h, p| accept(batch, h, p)).is_err() {
+                break; // every sender is gone and nothing is left
+            }
+            let max = self.shared.max_batch.load(Ordering::Relaxed).max(1) as usize;
+            let drain = |rx: &mut Receiver<Handoff>, batch: &mut Batch| {
+                while batch.len() < max {
+                    match rx.try_recv_batch(max - batch.len(), |h, p| accept(batch, h, p)) {
+                        Ok(_) => {}
+                        Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    }
+                }
+            };
+            drain(&mut self.rx, batch);
+            if (2..LINGER_BELOW_ITEMS.min(max)).contains(&batch.len()) {
+                // A steady stream that keeps the channel just short of
+                // full would otherwise be committed a hundred events at a
+                // time, and a commit costs about as much as a few hundred
+                // rows (its pages go through the WAL and the checkpoint).
+                // Lingering gathers more first; a lone event (an idle
+                // daemon) is committed at once.
+                self.rx.release_consumed();
+                std::thread::sleep(LINGER);
+                drain(&mut self.rx, batch);
+            }
+            // Room goes back before the commit, not after it.
+            self.rx.release_consumed();
+            // Damage found since the last commit (a reader's report, the
+            // file changed) sends this batch to a new file already.
+            self.check_file();
+            if !self.batch.headers.is_empty() {
+                self.commit_with_retry()?;
+            }
+            // Retention's request, if one waits: looked for after every
+            // commit (one uncontended lock), since a channel kept full by
+            // the drains may not have had room for its wakeup item.
+            self.serve_control();
+        }
+        Ok(())
+    }
+
+    /// Runs retention's waiting request (if it was not withdrawn) between
+    /// two commits, and leaves the answer.
+    fn serve_control(&mut self) {
+        retention::after_commit(&mut self.conn, &self.control, &self.path);
+    }
+
+    fn commit_with_retry(&mut self) -> Result<(), StoreError> {
+        let mut delay = Duration::from_millis(10);
+        let mut attempts = 0;
+        let mut moves = 0;
+        let started = std::time::Instant::now();
+        loop {
+            match self.commit() {
+                Ok(()) => {
+                    if attempts > 0 {
+                        self.recovered(attempts, started.elapsed());
+                    }
+                    return Ok(());
+                }
+                Err(source) if super::is_damage(&source) && moves < MOVES_PER_BATCH_MAX => {
+                    // The file is damaged: the same batch goes into a new
+                    // one, at once.
+                    moves += 1;
+                    let why = format!("a commit found it damaged: {source}");
+                    if self.move_on(&why).is_err() {
+                        // No new file either (a full disk): retried below
+                        // as any failing commit.
+                        moves = MOVES_PER_BATCH_MAX;
+                    }
+                }
+                Err(source) => {
+                    if attempts == 0 {
+                        // Relaxed: a hint for the syslog listener.
+                        self.shared.failing.fetch_add(1, Ordering::Relaxed);
+                    }
+                    attempts += 1;
+                    self.stats.commit_errors.fetch_add(1, Ordering::Relaxed);
+                    let message = format!(
+                        "shard database {}: commit of {} items failed: {source}",
+                        self.path.display(),
+                        self.batch.len()
+                    );
+                    *self
+                        .stats
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
+                    if self.shared.stopping.load(Ordering::Relaxed) && attempts >= SHUTDOWN_ATTEMPTS
+                    {
+                        self.shared.failing.fetch_sub(1, Ordering::Relaxed);
+                        return Err(StoreError::Commit {
+                            path: self.path.clone(),
+                            items: self.batch.len(),
+                            source,
+                        });
+                    }
+                    tracing::error!(
+                        shard = %self.path.display(),
+                        items = self.batch.len(),
+                        error = %source,
+                        retry_in = ?delay,
+                        "commit failed; retrying with the same batch"
+                    );
+                    // Retention may be waiting for this writer (and on a
+                    // full disk, deleting is what makes room).
+                    self.serve_control();
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(RETRY_DELAY_MAX);
+                }
+            }
+        }
+    }
+
+    /// A commit succeeded after `attempts` failed ones: says so, clears the
+    /// error shown in `stats`, and stops counting this writer as failing.
+    fn recovered(&mut self, attempts: u32, took: Duration) {
+        self.shared.failing.fetch_sub(1, Ordering::Relaxed);
+        *self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        tracing::warn!(
+            shard = %self.path.display(),
+            failed_attempts = attempts,
+            after = ?took,
+            "commits succeed again"
+        );
+    }
+}
+
+/// Puts a received item in the batch; retention's wakeup item only ends
+/// the wait (its request is looked for after the commit).
+fn accept(batch: &mut Batch, h: &Handoff, payload: &[u8]) {
+    match h.kind {
+        Kind::Control => {}
+        Kind::Event | Kind::Gap(_) => batch.push(h, payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::commit::{add_to_runs, stored_fields};
+    use super::*;
+    use crate::rings::LossReason;
+
+    fn item(ring: u32, first: u64, last: u64) -> Handoff {
+        Handoff {
+            ring,
+            ring_epoch: 7,
+            first_seq: first,
+            last_seq: last,
+            next_seq: last + 1,
+            ..Handoff::default()
+        }
+    }
+
+    #[test]
+    fn fields_that_are_not_a_json_object_are_kept_inside_one() {
+        assert_eq!(stored_fields(""), None);
+        assert_eq!(stored_fields(r#"{"a":1}"#).unwrap(), r#"{"a":1}"#);
+        for bad in ["not json", "[1,2]", r#"{"a":"#, "12"] {
+            let v: serde_json::Value = serde_json::from_str(&stored_fields(bad).unwrap()).unwrap();
+            assert_eq!(v["invalid_fields"], bad);
+        }
+    }
+
+    #[test]
+    fn runs_break_at_stripe_boundaries_and_per_ring() {
+        let mut runs = Vec::new();
+        for h in [
+            item(0, 1, 1),
+            item(1, 5, 5),
+            item(0, 2, 2),
+            item(0, 3, 9), // a gap continues the run
+            item(0, 20, 20),
+            item(1, 6, 6),
+        ] {
+            add_to_runs(&mut runs, &h, 0);
+        }
+        let got: Vec<(u32, u64, u64)> = runs
+            .iter()
+            .map(|r| (r.ring, r.receipt.first_seq, r.receipt.last_seq))
+            .collect();
+        assert_eq!(got, vec![(0, 1, 9), (1, 5, 6), (0, 20, 20)]);
+        assert_eq!(runs[0].receipt.next_seq, 10);
+    }
+
+    #[test]
+    fn retention_is_served_while_drains_keep_the_channel_full() {
+        use crate::channel::{Capacity, HandoffChannel};
+        use crate::store::retention::{Reply, Request};
+        use std::time::Instant;
+        let dir = tempfile::tempdir().unwrap();
+        let path = crate::store::shard_path(dir.path(), 0);
+        let conn = crate::store::open_shard(&path).unwrap();
+        let (tx, rx) = HandoffChannel::<Handoff>::new(Capacity {
+            slots: 8,
+            bytes: 1 << 16,
+        })
+        .unwrap();
+        let shared = WriterShared {
+            max_batch: Arc::new(AtomicU64::new(4096)),
+            trackers: (0..2).map(|_| CommitTracker::new(7, 0, &[])).collect(),
+            stopping: Arc::new(AtomicBool::new(false)),
+            failing: Arc::new(AtomicU64::new(0)),
+            health: Arc::new(StoreHealth::default()),
+            store_dir: dir.path().to_path_buf(),
+            mode: crate::access::Mode::PRIVATE,
+        };
+        let control = Arc::new(WriterControl::default());
+        let stats = Arc::new(WriterStats::default());
+        let writer = ShardWriter::new(0, path, conn, rx, shared, stats, control.clone());
+        let writer = std::thread::spawn(move || writer.run());
+        // Two drains, one per ring, that refill the channel the moment the
+        // writer gives room back (items of one lost sequence number each).
+        let stop = Arc::new(AtomicBool::new(false));
+        let drains: Vec<_> = (0..2u32)
+            .map(|ring| {
+                let (tx, stop) = (tx.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut seq = 1;
+                    while !stop.load(Ordering::Relaxed) {
+                        let h = Handoff {
+                            kind: Kind::Gap(LossReason::Overwritten),
+                            ..item(ring, seq, seq)
+                        };
+                        if tx.send(h, &[]).is_err() {
+                            break;
+                        }
+                        seq += 1;
+                    }
+                })
+            })
+            .collect();
+        // Calls until several found the channel full (no room for their
+        // wakeup item): each must still be answered.
+        let never = AtomicBool::new(false);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut calls = 0;
+        while control.busy_calls() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "{calls} calls, {} met a full channel",
+                control.busy_calls()
+            );
+            let reply = control.call(&tx, Request::Measure, Duration::from_secs(20), &never);
+            assert!(matches!(reply, Ok(Reply::Usage(_))), "{reply:?}");
+            calls += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        drop(tx);
+        for d in drains {
+            d.join().unwrap();
+        }
+        writer.join().unwrap().unwrap();
+    }
+}

@@ -1,0 +1,55 @@
+//! What a shard writer counts and measures, for `eventctl stats`, the
+//! metrics and the load harness.
+
+use hdrhistogram::Histogram;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+/// Counters a writer keeps for `eventctl stats` and the load harness.
+/// Relaxed everywhere: monitoring only.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub events: AtomicU64,
+    /// Bytes of the committed events' provider, name, message and fields
+    /// columns, as stored.
+    pub event_bytes: AtomicU64,
+    /// Sequence numbers stored as gaps.
+    pub lost: AtomicU64,
+    pub commits: AtomicU64,
+    pub batch_max: AtomicU64,
+    pub commit_errors: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+    /// The file the writer writes now (a new generation after damage).
+    pub path: Mutex<PathBuf>,
+    /// Files of this shard given up as damaged.
+    pub damaged_files: AtomicU64,
+    /// Emit-to-commit latency of every event (µs) and items per commit.
+    pub histograms: Mutex<WriterHistograms>,
+}
+
+/// Distributions a writer records once per commit.
+#[derive(Debug)]
+pub struct WriterHistograms {
+    /// From the event's timestamp to its commit returning, in µs.
+    pub latency_us: Histogram<u64>,
+    /// Items (events and gaps) per commit.
+    pub batch_items: Histogram<u64>,
+    /// How long each commit's transaction took, in µs.
+    pub commit_us: Histogram<u64>,
+}
+
+impl Default for WriterHistograms {
+    fn default() -> Self {
+        // Bounds are constants within hdrhistogram's limits (low >= 1,
+        // high >= 2 * low, sigfig <= 5), so construction cannot fail.
+        WriterHistograms {
+            latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid constant bounds"),
+            batch_items: Histogram::new_with_bounds(1, 10_000_000, 3)
+                .expect("valid constant bounds"),
+            commit_us: Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid constant bounds"),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The daemon's long-lived threads: started with a name, watched for a
+//! panic or an error, which is logged at once and handed to the daemon's
+//! failure hook (the `eventd` binary's ends the process so a supervisor
+//! restarts it and recovery takes over).
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Called (from the failing thread) when a drain or writer thread stops
+/// on its own, with what happened.
+pub type FailureHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// A watched thread: it ends with `Ok` or with what stopped it.
+pub type Watched = JoinHandle<Result<(), String>>;
+
+/// Starts thread `name` running `body`; an error or a panic (described as
+/// `what`) is logged and passed to `hook` as it happens, and also returned
+/// by the join.
+pub fn spawn_watched<E: std::fmt::Display>(
+    name: String,
+    what: String,
+    hook: &FailureHook,
+    body: impl FnOnce() -> Result<(), E> + Send + 'static,
+) -> std::io::Result<Watched> {
+    let hook = hook.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || watch(&hook, what, body))
+}
+
+/// Runs a thread's body; reports an error or a panic to the hook at once
+/// (and still returns it for the join).
+fn watch<E: std::fmt::Display>(
+    hook: &FailureHook,
+    what: String,
+    body: impl FnOnce() -> Result<(), E>,
+) -> Result<(), String> {
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => format!("{what} stopped: {e}"),
+        Err(_) => format!("{what} panicked"),
+    };
+    tracing::error!(error = %outcome, "thread stopped; eventd stops too");
+    hook(&outcome);
+    Err(outcome)
+}
+
+/// Joins `handles`, collecting what went wrong.
+pub fn join_all(handles: impl IntoIterator<Item = Watched>, failures: &mut Vec<String>) {
+    for handle in handles {
+        match handle.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            // `watch` catches panics; this is only reached if the hook
+            // itself panicked.
+            Err(_) => failures.push("a thread's failure hook panicked".to_string()),
+        }
+    }
+}
