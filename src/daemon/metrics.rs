@@ -381,6 +381,12 @@ fn retention(e: &mut Exposition, state: &DaemonState) {
             &r.event_bytes_deleted,
         ),
         (
+            "eventd_retention_deleted_unexported_events_total",
+            "Events the size limit forced out before the export stage sent them \
+             (each counted in an `unexported` gap row).",
+            &r.events_deleted_unexported,
+        ),
+        (
             "eventd_retention_deleted_gaps_total",
             "Gap rows deleted by retention.",
             &r.gaps_deleted,

@@ -138,6 +138,7 @@ impl Daemon {
         // 6. The active shards' files (R12; damaged ones left, moved past).
         let shard_mode = policy.mode(access::Kind::Shard);
         let active = store::open_shards(&settings.store_dir, layout.shards, shard_mode)?;
+        steps::migrate_historical(settings, &active.health);
         // 7. Where each ring resumes, from every database's receipts (R6, R7).
         let databases = layout.with_files(active.files.iter().map(|(p, _)| p));
         let trust = lock.previous != PreviousRun::KilledEarlierBoot;
@@ -300,6 +301,7 @@ impl Daemon {
                 live: self.live.clone(),
                 epochs,
                 health: self.state.health.clone(),
+                export: None,
             },
             self.state.retention.clone(),
             self.retention_stop.clone(),

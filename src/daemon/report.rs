@@ -103,6 +103,7 @@ fn retention_stats(r: &crate::retention::RetentionStats) -> Value {
         "passes": r.passes.load(Ordering::Relaxed),
         "events_deleted": r.events_deleted.load(Ordering::Relaxed),
         "event_bytes_deleted": r.event_bytes_deleted.load(Ordering::Relaxed),
+        "events_deleted_unexported": r.events_deleted_unexported.load(Ordering::Relaxed),
         "gaps_deleted": r.gaps_deleted.load(Ordering::Relaxed),
         "receipts_deleted": r.receipts_deleted.load(Ordering::Relaxed),
         "receipts_compacted": r.receipts_compacted.load(Ordering::Relaxed),

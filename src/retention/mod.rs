@@ -30,6 +30,7 @@ use crate::drain::Handoff;
 use crate::store;
 use crate::store::retention::control::{self, CallError, Reply, Request, WriterControl};
 use crate::store::retention::trim::{ShardUsage, Trimmed};
+use crate::store::retention::{ExportFloors, Keep};
 use rusqlite::Connection;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +62,9 @@ pub struct RetentionStats {
     pub events_deleted: AtomicU64,
     /// Payload bytes (provider, name, message, fields) of deleted events.
     pub event_bytes_deleted: AtomicU64,
+    /// Of `events_deleted`, those the size limit forced out before the
+    /// export stage had sent them (each counted in an `unexported` gap).
+    pub events_deleted_unexported: AtomicU64,
     pub gaps_deleted: AtomicU64,
     pub receipts_deleted: AtomicU64,
     pub receipts_compacted: AtomicU64,
@@ -144,6 +148,8 @@ pub struct Inputs {
     pub live: Arc<LiveConfig>,
     pub epochs: EpochSource,
     pub health: Arc<store::StoreHealth>,
+    /// How far the export stage has got, when export is on (`None`: off).
+    pub export: Option<Arc<ExportFloors>>,
 }
 
 /// Tells the epochs of every ring that exists now (`None`: some ring's
@@ -163,6 +169,8 @@ pub struct RetentionCoordinator {
     /// Damaged files (never written by retention) and the file each active
     /// shard writes now (a writer moves on from a damaged one).
     health: Arc<store::StoreHealth>,
+    /// How far the export stage has got (`None`: export is off).
+    export: Option<Arc<ExportFloors>>,
     stats: Arc<RetentionStats>,
     stop: Arc<Stop>,
     interval: Duration,
@@ -184,6 +192,7 @@ impl RetentionCoordinator {
             live,
             epochs,
             health,
+            export,
         } = inputs;
         let shards = active
             .into_iter()
@@ -203,6 +212,7 @@ impl RetentionCoordinator {
             live_epochs: None,
             epochs,
             health,
+            export,
             stats,
             stop,
             interval,
@@ -237,7 +247,7 @@ impl RetentionCoordinator {
         if let Some(age) = max_age {
             let cutoff = now.saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX));
             for i in 0..self.shards.len() {
-                self.trim_to(i, cutoff);
+                self.trim_to(i, cutoff, false);
             }
         }
         if let Some(max) = max_bytes {
@@ -339,13 +349,19 @@ impl RetentionCoordinator {
     }
 
     /// Deletes shard `i`'s rows older than `before_ns`, one bounded
-    /// transaction per call.
-    fn trim_to(&mut self, i: usize, before_ns: i64) {
+    /// transaction per call. Rows the export stage has not sent stay,
+    /// unless the size limit `forced` the deletion (see [`Keep`]).
+    fn trim_to(&mut self, i: usize, before_ns: i64, forced: bool) {
         while !self.stop.is_stopped() {
+            let keep = Keep {
+                exported: self.export.as_ref().map(|f| f.get(&self.shards[i].path)),
+                forced,
+            };
             let request = Request::Trim {
                 before_ns,
                 max_rows: BATCH_ROWS,
                 live_epochs: self.live_epochs.clone(),
+                keep,
             };
             let Some(Reply::Trimmed(t)) = self.call(i, request) else {
                 return;
@@ -363,6 +379,8 @@ impl RetentionCoordinator {
         s.event_bytes_deleted
             .fetch_add(t.event_bytes, Ordering::Relaxed);
         s.gaps_deleted.fetch_add(t.gaps, Ordering::Relaxed);
+        s.events_deleted_unexported
+            .fetch_add(t.unexported, Ordering::Relaxed);
         s.receipts_deleted.fetch_add(t.receipts, Ordering::Relaxed);
         if t.events + t.gaps + t.receipts > 0 {
             self.shards[i].dirty = true;
@@ -413,7 +431,7 @@ impl RetentionCoordinator {
             };
             for (i, u) in usage.iter().enumerate() {
                 if u.and_then(|u| u.oldest_ts).is_some_and(|t| t < cutoff) {
-                    self.trim_to(i, cutoff);
+                    self.trim_to(i, cutoff, true);
                 }
             }
             for i in 0..self.shards.len() {

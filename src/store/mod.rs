@@ -22,7 +22,7 @@ pub use files::{
     recorded_damages, shard_generation_path, shard_path,
 };
 pub use health::{Damaged, StoreHealth};
-pub use open::{check_structure, open_historical, open_shard, open_shard_with};
+pub use open::{check_structure, migrate_historical, open_historical, open_shard, open_shard_with};
 pub use recovery::ReceiptReader;
 pub use writer::{ShardWriter, WriterShared, WriterStats};
 

@@ -224,8 +224,9 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
 /// Opens an existing shard database that has no writer (a historical
 /// shard) for the retention coordinator, which becomes its only writer:
 /// read-write, never created, refused if a newer eventd wrote it or eventd
-/// never did. Its schema is not migrated: the statements retention runs
-/// work on every version.
+/// never did. Its schema is not migrated here: the statements retention
+/// runs work on every version (start-up migrates historical files once,
+/// [`migrate_historical`]).
 pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
     configure_sqlite();
     let err = |source| StoreError::Open {
@@ -245,4 +246,51 @@ pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "busy_timeout", 5000)
         .map_err(err)?;
     Ok(conn)
+}
+
+/// Brings the schema of every historical shard in `store_dir` (neither
+/// active nor damaged) up to date, once at start-up, before any thread
+/// writes one: the export stage needs each file's instance id (migration
+/// 4). A file that cannot be migrated is left as it is; the problems are
+/// returned for the log.
+pub fn migrate_historical(
+    store_dir: &Path,
+    health: &super::StoreHealth,
+) -> Vec<(std::path::PathBuf, String)> {
+    let active = health.actives();
+    let paths = match super::list_databases(store_dir) {
+        Ok(p) => p,
+        Err(e) => return vec![(store_dir.to_path_buf(), e.to_string())],
+    };
+    let mut failed = Vec::new();
+    for path in paths {
+        if active.contains(&path) || health.is_damaged(&path) {
+            continue;
+        }
+        let migrated = open_historical(&path).and_then(|mut conn| {
+            let current: i64 = conn
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .map_err(|source| StoreError::Open {
+                    path: path.clone(),
+                    source,
+                })?;
+            if current == schema::SCHEMA_VERSION {
+                return Ok(());
+            }
+            schema::migrate(&mut conn)
+                .map_err(|source| StoreError::Open {
+                    path: path.clone(),
+                    source,
+                })?
+                .map_err(|found| StoreError::NewerSchema {
+                    path: path.clone(),
+                    found,
+                    supported: schema::SCHEMA_VERSION,
+                })
+        });
+        if let Err(e) = migrated {
+            failed.push((path, e.to_string()));
+        }
+    }
+    failed
 }

@@ -55,7 +55,39 @@ const MIGRATIONS: &[&str] = &[
     "CREATE INDEX receipts_through ON receipts (ring_epoch, committed_through);",
     // 3: retention finds old receipts by commit time.
     "CREATE INDEX receipts_committed_at ON receipts (committed_at);",
+    // 4: the file's identity, which stays with its rows wherever the file
+    // goes: the export stage keys its cursors by it (a file of the same
+    // name made again later is another instance).
+    "CREATE TABLE shard_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    INSERT INTO shard_meta (key, value) VALUES ('instance', lower(hex(randomblob(8))));",
 ];
+
+/// The key of [`MIGRATIONS`]' `shard_meta` row that holds the file's
+/// instance id (16 hex digits, random, made once).
+pub const INSTANCE_KEY: &str = "instance";
+
+/// The instance id of the shard `conn` reads; `None` for a file whose
+/// schema predates it (version 3 or older, not yet migrated).
+pub fn instance(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    use rusqlite::OptionalExtension;
+    let has_table: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'shard_meta'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_table {
+        return Ok(None);
+    }
+    conn.query_row(
+        "SELECT value FROM shard_meta WHERE key = ?1",
+        [INSTANCE_KEY],
+        |r| r.get(0),
+    )
+    .optional()
+}
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -134,7 +166,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 3);
+        assert_eq!(tables, 4);
         let indexes: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'index'",
@@ -142,7 +174,23 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(indexes, 5);
+        // Five made by name, and shard_meta's primary key.
+        assert_eq!(indexes, 6);
+    }
+
+    #[test]
+    fn each_database_gets_its_own_instance_id_once() {
+        let mut a = Connection::open_in_memory().unwrap();
+        let mut b = Connection::open_in_memory().unwrap();
+        assert_eq!(instance(&a).unwrap(), None);
+        migrate(&mut a).unwrap().unwrap();
+        migrate(&mut b).unwrap().unwrap();
+        let id = instance(&a).unwrap().unwrap();
+        assert_eq!(id.len(), 16);
+        assert!(id.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+        assert_ne!(Some(id.clone()), instance(&b).unwrap());
+        migrate(&mut a).unwrap().unwrap();
+        assert_eq!(instance(&a).unwrap(), Some(id), "migrating again keeps it");
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub enum Request {
         before_ns: i64,
         max_rows: u64,
         live_epochs: Option<Vec<u64>>,
+        keep: trim::Keep,
     },
     /// [`trim::compact_receipts`] for each of `epochs` (one bounded
     /// transaction each).
@@ -68,11 +69,13 @@ pub fn execute(conn: &mut Connection, request: &Request) -> rusqlite::Result<Rep
             before_ns,
             max_rows,
             live_epochs,
+            keep,
         } => Reply::Trimmed(trim::trim(
             conn,
             *before_ns,
             *max_rows,
             live_epochs.as_deref(),
+            *keep,
         )?),
         Request::Compact {
             epochs,

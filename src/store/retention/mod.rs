@@ -9,9 +9,12 @@
 //! and runs the same statements.
 
 pub mod control;
+pub mod floors;
 pub mod trim;
 
 pub use control::{CallError, Reply, Request, WriterControl};
+pub use floors::ExportFloors;
+pub use trim::{Exported, Keep};
 
 /// The writer's hook after each commit: runs retention's waiting request,
 /// if one waits (and was not withdrawn), on the writer's connection, and

@@ -95,38 +95,88 @@ pub struct Trimmed {
     pub events: u64,
     /// Payload bytes of the deleted events (provider, name, message, fields).
     pub event_bytes: u64,
+    /// Of `events`, those the export stage had not sent yet (a forced
+    /// deletion; each is counted in an `unexported` gap row).
+    pub unexported: u64,
     pub gaps: u64,
     pub receipts: u64,
     /// Rows older than the cutoff are left: call again.
     pub more: bool,
 }
 
+/// How far the export stage has got in one shard file: every row with an
+/// id at or below these is in the cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Exported {
+    pub events: i64,
+    pub gaps: i64,
+}
+
+/// What a [`trim`] must leave for the export stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// `None`: export is off, every old row may go.
+    pub exported: Option<Exported>,
+    /// The size limit forces the deletion: old events not exported yet go
+    /// too, and their loss is stored as `unexported` gap rows (which the
+    /// export stage sends like any gap). Without it, such events stay
+    /// until they are exported. Gaps not exported yet always stay.
+    pub forced: bool,
+}
+
+/// The `reason` of the gap rows a forced deletion of events not exported
+/// yet leaves (see [`Keep::forced`]).
+pub const UNEXPORTED_REASON: &str = "unexported";
+
 /// Deletes, in one transaction, at most `max_rows` of the oldest events
 /// with `ts < before_ns`; once none are left, the gaps detected before it
 /// and the receipts of epochs not in `live_epochs` committed before it (at
 /// most `max_rows` of each; no receipt at all when `live_epochs` is `None`,
-/// that is, when the rings that exist are not all known).
+/// that is, when the rings that exist are not all known). What `keep` says
+/// stays (see [`Keep`]).
+///
+/// The row with the highest id of `events` and of `gaps` is never deleted:
+/// SQLite gives a new row the highest id plus one, so with that row kept
+/// an id is never used twice, and a reader that remembers an id (the
+/// export stage, a follow) never mistakes a new row for one it has seen.
 pub fn trim(
     conn: &mut Connection,
     before_ns: i64,
     max_rows: u64,
     live_epochs: Option<&[u64]>,
+    keep: Keep,
 ) -> rusqlite::Result<Trimmed> {
     let limit = max_rows.max(1) as i64;
+    // Exported through: i64::MAX when export is off.
+    let (events_through, gaps_through) = keep
+        .exported
+        .map_or((i64::MAX, i64::MAX), |e| (e.events, e.gaps));
+    let events_floor = if keep.forced {
+        i64::MAX
+    } else {
+        events_through
+    };
     let tx = conn.transaction()?;
     let mut done = Trimmed::default();
+    let batch = "SELECT * FROM events WHERE ts < ?1 AND id <= ?3 \
+                 AND id < (SELECT max(id) FROM events) ORDER BY ts LIMIT ?2";
+    let args = params![before_ns, limit, events_floor];
     let (events, bytes): (i64, Option<i64>) = tx.query_row(
-        "SELECT count(*), sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
-         + length(CAST(message AS BLOB)) + ifnull(length(CAST(fields AS BLOB)), 0)) \
-         FROM (SELECT * FROM events WHERE ts < ?1 ORDER BY ts LIMIT ?2)",
-        params![before_ns, limit],
+        &format!(
+            "SELECT count(*), sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
+             + length(CAST(message AS BLOB)) + ifnull(length(CAST(fields AS BLOB)), 0)) \
+             FROM ({batch})"
+        ),
+        args,
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     if events > 0 {
+        if keep.forced && keep.exported.is_some() {
+            done.unexported = record_unexported(&tx, batch, args, events_through)?;
+        }
         done.events = tx.execute(
-            "DELETE FROM events WHERE id IN \
-             (SELECT id FROM events WHERE ts < ?1 ORDER BY ts LIMIT ?2)",
-            params![before_ns, limit],
+            &format!("DELETE FROM events WHERE id IN (SELECT id FROM ({batch}))"),
+            args,
         )? as u64;
         done.event_bytes = bytes.unwrap_or(0) as u64;
     }
@@ -134,9 +184,9 @@ pub fn trim(
         done.more = true;
     } else {
         done.gaps = tx.execute(
-            "DELETE FROM gaps WHERE id IN \
-             (SELECT id FROM gaps WHERE detected_at < ?1 ORDER BY detected_at LIMIT ?2)",
-            params![before_ns, limit],
+            "DELETE FROM gaps WHERE id IN (SELECT id FROM gaps WHERE detected_at < ?1 \
+             AND id <= ?3 AND id < (SELECT max(id) FROM gaps) ORDER BY detected_at LIMIT ?2)",
+            params![before_ns, limit, gaps_through],
         )? as u64;
         if let Some(live) = live_epochs {
             done.receipts = delete_dead_receipts(&tx, before_ns, limit, live)? as u64;
@@ -145,6 +195,36 @@ pub fn trim(
     }
     tx.commit()?;
     Ok(done)
+}
+
+/// Stores one `unexported` gap row per ring epoch and cpu for the events of
+/// `batch` with ids above `through` (about to be deleted unexported): their
+/// count as `lost`, their lowest and highest sequence numbers, the oldest
+/// timestamp as `ts_before`. Returns how many events that covers.
+fn record_unexported(
+    tx: &Transaction<'_>,
+    batch: &str,
+    args: &[&dyn rusqlite::ToSql],
+    through: i64,
+) -> rusqlite::Result<u64> {
+    let now = crate::rings::now_ns();
+    let lost: i64 = tx.query_row(
+        &format!("SELECT count(*) FROM ({batch}) WHERE id > {through}"),
+        args,
+        |r| r.get(0),
+    )?;
+    if lost > 0 {
+        tx.execute(
+            &format!(
+                "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+                 detected_at) SELECT ring_epoch, cpu, min(seq), max(seq), count(*), \
+                 '{UNEXPORTED_REASON}', min(ts), {now} FROM ({batch}) WHERE id > {through} \
+                 GROUP BY ring_epoch, cpu"
+            ),
+            args,
+        )?;
+    }
+    Ok(lost as u64)
 }
 
 fn delete_dead_receipts(
@@ -323,7 +403,7 @@ mod tests {
             // Inserted out of order: deletion follows ts, not id.
             insert_event(&conn, (i * 37) % 100, 1, i as u64 + 1);
         }
-        let first = trim(&mut conn, 50, 20, Some(&[1])).unwrap();
+        let first = trim(&mut conn, 50, 20, Some(&[1]), Keep::default()).unwrap();
         assert_eq!(
             (first.events, first.event_bytes, first.more),
             (20, 20 * 7, true)
@@ -331,7 +411,7 @@ mod tests {
         assert_eq!(count(&conn, "SELECT min(ts) FROM events"), 20);
         let mut sizes = vec![first.events];
         loop {
-            let t = trim(&mut conn, 50, 20, Some(&[1])).unwrap();
+            let t = trim(&mut conn, 50, 20, Some(&[1]), Keep::default()).unwrap();
             sizes.push(t.events);
             if !t.more {
                 break;
@@ -378,22 +458,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
         insert_event(&conn, 10, 1, 1);
+        // The newest rows (by id) are never deleted: these two stay.
+        insert_event(&conn, 5000, 1, 20);
         conn.execute(
             "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
              detected_at) VALUES (1, 0, 2, 3, 2, 'overwritten', 10, 20), \
-             (1, 0, 9, 9, 1, 'overwritten', 10, 200)",
+             (1, 0, 9, 9, 1, 'overwritten', 10, 200), (1, 0, 19, 19, 1, 'overwritten', 10, 5000)",
             [],
         )
         .unwrap();
         insert_receipt(&conn, 1, 1, 3, 0, 30); // live epoch
         insert_receipt(&conn, 2, 1, 5, 0, 30); // dead epoch, old
         insert_receipt(&conn, 2, 6, 9, 5, 300); // dead epoch, recent
-        let t = trim(&mut conn, 100, 1, Some(&[1])).unwrap();
+        let t = trim(&mut conn, 100, 1, Some(&[1]), Keep::default()).unwrap();
         assert_eq!((t.events, t.gaps, t.receipts), (1, 0, 0), "events first");
         assert!(t.more);
-        let t = trim(&mut conn, 100, 10, Some(&[1])).unwrap();
+        let t = trim(&mut conn, 100, 10, Some(&[1]), Keep::default()).unwrap();
         assert_eq!((t.events, t.gaps, t.receipts, t.more), (0, 1, 1, false));
-        assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 1);
+        assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 2);
         let left: String = conn
             .query_row(
                 "SELECT group_concat(ring_epoch || ':' || first_seq, ' ') FROM \
@@ -404,9 +486,73 @@ mod tests {
             .unwrap();
         assert_eq!(left, "1:1 2:6");
         // With the rings that exist unknown, no receipt is deleted.
-        let t = trim(&mut conn, 1000, 10, None).unwrap();
+        let t = trim(&mut conn, 1000, 10, None, Keep::default()).unwrap();
         assert_eq!((t.receipts, t.gaps), (0, 1));
         assert_eq!(count(&conn, "SELECT count(*) FROM receipts"), 2);
+    }
+
+    #[test]
+    fn the_newest_row_stays_so_ids_are_never_used_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        // The newest id has the oldest timestamp.
+        insert_event(&conn, 50, 1, 1);
+        insert_event(&conn, 40, 1, 2);
+        insert_event(&conn, 10, 1, 3);
+        let t = trim(&mut conn, i64::MAX, 100, Some(&[1]), Keep::default()).unwrap();
+        assert_eq!(t.events, 2);
+        assert_eq!(count(&conn, "SELECT max(id) FROM events"), 3);
+        insert_event(&conn, 60, 1, 4);
+        assert_eq!(count(&conn, "SELECT max(id) FROM events"), 4, "a new id");
+    }
+
+    #[test]
+    fn unexported_rows_stay_unless_forced_and_a_forced_deletion_leaves_a_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        for seq in 1..=10 {
+            // ids 1..=10, ts 10..=100; the last stays as the newest.
+            insert_event(&conn, seq as i64 * 10, 7, seq);
+        }
+        conn.execute(
+            "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+             detected_at) VALUES (7, 0, 50, 50, 1, 'overwritten', 10, 20), \
+             (7, 0, 60, 60, 1, 'overwritten', 10, 30), (7, 0, 70, 70, 1, 'overwritten', 10, 900)",
+            [],
+        )
+        .unwrap();
+        let exported = Some(Exported { events: 4, gaps: 1 });
+        // By age: only what was exported goes (ids 1..=4; gap 1).
+        let t = trim(&mut conn, 1000, 100, None, Keep { exported, forced: false }).unwrap();
+        assert_eq!((t.events, t.unexported, t.gaps), (4, 0, 1));
+        assert_eq!(count(&conn, "SELECT min(id) FROM events"), 5);
+        // Forced (the size limit): the three oldest go (ids 5..=7, none
+        // exported yet), and one gap row counts them.
+        let t = trim(&mut conn, 80, 100, None, Keep { exported, forced: true }).unwrap();
+        assert_eq!((t.events, t.unexported), (3, 3));
+        let gap: (i64, i64, i64, i64, String, i64) = conn
+            .query_row(
+                "SELECT ring_epoch, from_seq, to_seq, lost, reason, ts_before FROM gaps \
+                 WHERE reason = 'unexported'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+            )
+            .unwrap();
+        assert_eq!(gap, (7, 5, 7, 3, UNEXPORTED_REASON.to_string(), 50));
+        // The unexported gap (id 2) stays even when forced; the new
+        // `unexported` gap is the newest row and stays too.
+        let t = trim(&mut conn, 1000, 100, None, Keep { exported, forced: true }).unwrap();
+        assert_eq!((t.events, t.unexported, t.gaps), (2, 2, 0));
+        assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 4);
+        assert_eq!(
+            count(&conn, "SELECT sum(lost) FROM gaps WHERE reason = 'unexported'"),
+            5
+        );
+        // Without export, every old row goes but the newest (the
+        // `unexported` gaps are detected now: they are not old).
+        let t = trim(&mut conn, 10_000, 100, None, Keep::default()).unwrap();
+        assert_eq!(t.gaps, 2);
+        assert_eq!(count(&conn, "SELECT count(*) FROM events"), 1);
     }
 
     #[test]
@@ -531,7 +677,7 @@ mod tests {
         }
         tx.commit().unwrap();
         let full = measure(&conn).unwrap();
-        while trim(&mut conn, i64::MAX, 1000, Some(&[1])).unwrap().more {}
+        while trim(&mut conn, i64::MAX, 1000, Some(&[1]), Keep::default()).unwrap().more {}
         let emptied = measure(&conn).unwrap();
         assert!(emptied.free_pages > 200, "{emptied:?}");
         assert!(emptied.used_bytes() < full.used_bytes() / 10);
