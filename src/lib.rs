@@ -16,6 +16,9 @@
 //! - [`store`]: shard files, their schema and row shapes, the shard writers
 //!   (the only SQLite writers), receipts and recovery, retention's work in
 //!   a shard.
+//! - [`export`]: exactly-once export of every committed event and gap
+//!   into a ClickHouse cluster, and the fleet queries over it (reads the
+//!   shards read-only, beside the write path).
 //! - [`query`]: the fan-out reader over every shard and the query server
 //!   (read-only; never touches the writers).
 //! - [`syslog`]: `/dev/log`-style sockets (io_uring or recvmmsg) whose
@@ -50,6 +53,8 @@ pub mod daemon;
 pub mod drain;
 #[cfg(not(loom))]
 pub mod errors;
+#[cfg(not(loom))]
+pub mod export;
 #[cfg(not(loom))]
 pub mod metrics;
 #[cfg(not(loom))]

@@ -3,8 +3,10 @@
 //! failure hook (the `eventd` binary's ends the process so a supervisor
 //! restarts it and recovery takes over).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// Called (from the failing thread) when a drain or writer thread stops
 /// on its own, with what happened.
@@ -55,5 +57,45 @@ pub fn join_all(handles: impl IntoIterator<Item = Watched>, failures: &mut Vec<S
             // itself panicked.
             Err(_) => failures.push("a thread's failure hook panicked".to_string()),
         }
+    }
+}
+
+/// A stop flag a sleeping thread wakes up for (the retention coordinator
+/// between passes, the export workers between rounds).
+#[derive(Default)]
+pub struct Stop {
+    stopped: AtomicBool,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+impl Stop {
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.wake.notify_all();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    pub fn flag(&self) -> &AtomicBool {
+        &self.stopped
+    }
+
+    /// Sleeps `d` or until [`stop`](Self::stop); true if stopped.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // The flag is set before notifying under the lock, so checking it
+        // under the lock cannot miss the wakeup.
+        if self.is_stopped() {
+            return true;
+        }
+        let _ = self
+            .wake
+            .wait_timeout(guard, d)
+            .unwrap_or_else(|p| p.into_inner());
+        self.is_stopped()
     }
 }

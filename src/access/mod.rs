@@ -91,6 +91,10 @@ pub enum Kind {
     Lock,
     /// The pid file: readable by all, as pid files are.
     PidFile,
+    /// The export stage's directory and its state database: eventd's
+    /// user only (cursors and intents, no event data).
+    ExportDir,
+    ExportState,
 }
 
 /// The mode bits and group a path should have.
@@ -210,7 +214,8 @@ impl Policy {
             Kind::PublicDir => plain(0o755),
             Kind::KmesDir => by(self.produce, 0o750, 0o755, 0o700),
             Kind::Ring => by(self.produce, 0o660, 0o666, 0o600),
-            Kind::PrivateRing | Kind::Lock => plain(0o600),
+            Kind::PrivateRing | Kind::Lock | Kind::ExportState => plain(0o600),
+            Kind::ExportDir => plain(0o700),
             // Set-group-id, so that the `-wal` and `-shm` files SQLite
             // makes beside a shard get the query group too.
             Kind::StoreDir => by(self.query, 0o2750, 0o755, 0o700),

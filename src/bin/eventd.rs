@@ -36,6 +36,16 @@ struct Args {
     /// Milliseconds between retention passes; internal, for tests.
     #[arg(long, hide = true, value_name = "MS")]
     retention_interval_ms: Option<u64>,
+    /// The export stage's HTTP deadline in milliseconds; internal, for
+    /// tests.
+    #[arg(long, hide = true, value_name = "MS")]
+    export_timeout_ms: Option<u64>,
+    /// The export stage's batch format; internal, for the load harness.
+    #[arg(long, hide = true, value_enum)]
+    export_format: Option<eventd::export::format::Format>,
+    /// Export worker threads (0 = one per shard, at most 4); internal.
+    #[arg(long, hide = true)]
+    export_workers: Option<usize>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -104,6 +114,13 @@ fn run(args: Args) -> anyhow::Result<()> {
             defaults.retention_interval,
             std::time::Duration::from_millis,
         ),
+        export: eventd::export::ExportTunables {
+            timeout: args
+                .export_timeout_ms
+                .map_or(defaults.export.timeout, std::time::Duration::from_millis),
+            format: args.export_format.unwrap_or(defaults.export.format),
+            workers: args.export_workers.unwrap_or(defaults.export.workers),
+        },
     };
     // A drain or writer that stops on its own ends the process (exit 1),
     // so that the service manager restarts it: SIGTERM to ourselves wakes

@@ -3,9 +3,11 @@
 //! A reload reads the file again and validates it whole. If it is invalid,
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once (MaxBatchSize: the writers' next commit threshold, never a
-//! channel; the retention limits), and restart-only keys (StorageShards, the
-//! directories, RingBytes, MaxConcurrentQueries, QueryGroup, ProducerGroup,
-//! MetricsListen, the syslog keys) are deferred: logged once and shown by
+//! channel; the retention limits; ExportBatchRows, ExportUser and
+//! ExportPasswordFile, from the next batch), and restart-only keys
+//! (StorageShards, the directories, RingBytes, MaxConcurrentQueries,
+//! QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
+//! ExportUrl, ExportDatabase) are deferred: logged once and shown by
 //! `eventctl config` until the next start.
 
 use super::{ConfigFile, Settings};
@@ -101,6 +103,16 @@ impl LiveConfig {
             state.effective.retention_max_age = new.retention_max_age;
             state.effective.retention_max_bytes = new.retention_max_bytes;
         }
+        if let (Some(old), Some(new)) = (&old.export, &new.export) {
+            if (&old.url, &old.database) == (&new.url, &new.database) && old != new {
+                tracing::info!(
+                    batch_rows = new.batch_rows,
+                    user = ?new.user,
+                    "export settings changed; they apply to the next batches"
+                );
+                state.effective.export = Some(new.clone());
+            }
+        }
         let deferred = restart_only_changes(&state.effective, &new);
         for line in deferred.iter().filter(|l| !state.deferred.contains(l)) {
             tracing::warn!(change = %line, "deferred to the next restart");
@@ -182,6 +194,24 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         "SyslogStreamSocket",
         path(&running.syslog_stream_socket),
         path(&file.syslog_stream_socket),
+    );
+    check(
+        "HostName",
+        running.host_name.clone(),
+        file.host_name.clone(),
+    );
+    let export = |s: &Settings, f: fn(&crate::export::ExportSettings) -> String| {
+        s.export.as_ref().map_or("unset".to_string(), f)
+    };
+    check(
+        "ExportUrl",
+        export(running, |e| e.url.clone()),
+        export(file, |e| e.url.clone()),
+    );
+    check(
+        "ExportDatabase",
+        export(running, |e| e.database.clone()),
+        export(file, |e| e.database.clone()),
     );
     check(
         "SyslogReceive",

@@ -33,6 +33,15 @@ pub const QUERY_GROUP_DEFAULT: &str = "eventd";
 pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as u64;
 pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
 
+/// `ExportBatchRows`: rows per insert into ClickHouse at most. The default
+/// was chosen with `eventd-perf export` (docs/performance.md); the top is
+/// below ClickHouse's block size (1,048,576 rows), so a batch is one block.
+pub const EXPORT_BATCH_ROWS_DEFAULT: u64 = 50_000;
+pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
+
+/// `ExportDatabase`'s default.
+pub const EXPORT_DATABASE_DEFAULT: &str = "eventd";
+
 /// What the TOML file says, key by key. Every key is optional.
 #[derive(Debug, Default, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "PascalCase")]
@@ -73,6 +82,21 @@ pub struct ConfigFile {
     /// How the datagram socket is read: "auto" (io_uring where it works,
     /// else recvmmsg), "io_uring" or "recvmmsg".
     pub syslog_receive: Option<String>,
+    /// This host's name in the fleet (the `host` column in ClickHouse).
+    /// Default: the kernel's host name.
+    pub host_name: Option<String>,
+    /// ClickHouse's HTTP interface, e.g. "http://127.0.0.1:8123/"; unset =
+    /// no export.
+    pub export_url: Option<String>,
+    /// The ClickHouse database of eventd's tables (default "eventd").
+    pub export_database: Option<String>,
+    /// Rows per insert at most.
+    pub export_batch_rows: Option<i64>,
+    /// The ClickHouse user (default: the server's `default` user).
+    pub export_user: Option<String>,
+    /// A file whose first line is that user's password (not readable by
+    /// every local user); relative to the data directory.
+    pub export_password_file: Option<PathBuf>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -121,6 +145,10 @@ pub struct Settings {
     pub syslog_socket: Option<PathBuf>,
     pub syslog_stream_socket: Option<PathBuf>,
     pub syslog_receive: crate::syslog::ReceiveMode,
+    /// `HostName`.
+    pub host_name: String,
+    /// The export keys; `None` when `ExportUrl` is unset (no export).
+    pub export: Option<crate::export::ExportSettings>,
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
@@ -169,7 +197,13 @@ impl ConfigFile {
             Some(p) => Some(run_dir.join(p)),
             None => Some(run_dir.join(name)),
         };
+        let export = self.export_settings(data_dir)?;
         Ok(Settings {
+            host_name: match &self.host_name {
+                Some(name) => check_host_name(name)?,
+                None => kernel_host_name(),
+            },
+            export,
             syslog_socket: socket(&self.syslog_socket, "syslog.sock"),
             syslog_stream_socket: socket(&self.syslog_stream_socket, "syslog-stream.sock"),
             syslog_receive: match self.syslog_receive.as_deref().map(str::trim) {
@@ -235,6 +269,100 @@ impl ConfigFile {
                 )?),
             },
         })
+    }
+}
+
+impl ConfigFile {
+    /// The export keys, checked; `None` without `ExportUrl`.
+    fn export_settings(
+        &self,
+        data_dir: &Path,
+    ) -> Result<Option<crate::export::ExportSettings>, ConfigError> {
+        let range = |key, value: &dyn std::fmt::Debug, allowed: &str| ConfigError::Range {
+            key,
+            value: format!("{value:?}"),
+            allowed: allowed.to_string(),
+        };
+        let Some(url) = &self.export_url else {
+            return Ok(None);
+        };
+        let url = url.trim();
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            range(
+                "ExportUrl",
+                &url,
+                "an http:// URL of ClickHouse's HTTP interface, such as \"http://127.0.0.1:8123/\" \
+                 (https is not built in: put a local TLS proxy in front)",
+            )
+        })?;
+        if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
+            return Err(range("ExportUrl", &url, "an http:// URL with a host"));
+        }
+        let database = self
+            .export_database
+            .clone()
+            .unwrap_or_else(|| EXPORT_DATABASE_DEFAULT.to_string());
+        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        if database.is_empty() || !database.chars().all(plain) {
+            return Err(range(
+                "ExportDatabase",
+                &database,
+                "letters, digits and underscores",
+            ));
+        }
+        if let Some(user) = &self.export_user {
+            if user.is_empty() || user.chars().any(|c| c.is_control() || c == ':') {
+                return Err(range("ExportUser", user, "a ClickHouse user name"));
+            }
+        }
+        Ok(Some(crate::export::ExportSettings {
+            url: url.to_string(),
+            database,
+            batch_rows: ranged(
+                "ExportBatchRows",
+                self.export_batch_rows,
+                EXPORT_BATCH_ROWS_DEFAULT,
+                EXPORT_BATCH_ROWS_RANGE,
+            )?,
+            user: self.export_user.clone(),
+            password_file: self.export_password_file.as_ref().map(|p| {
+                if p.is_absolute() {
+                    p.clone()
+                } else {
+                    data_dir.join(p)
+                }
+            }),
+        }))
+    }
+}
+
+/// `HostName` as given, if it can name a host: 1 to 255 bytes, no
+/// control characters or spaces.
+fn check_host_name(name: &str) -> Result<String, ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && !name.chars().any(|c| c.is_control() || c.is_whitespace());
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(ConfigError::Range {
+            key: "HostName",
+            value: format!("{name:?}"),
+            allowed: "1 to 255 bytes without spaces or control characters".to_string(),
+        })
+    }
+}
+
+/// The kernel's host name (`gethostname`), or "localhost" if it has none.
+pub fn kernel_host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for writes of its length; gethostname writes at
+    // most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..len]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_string(),
+        _ => "localhost".to_string(),
     }
 }
 

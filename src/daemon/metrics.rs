@@ -38,7 +38,90 @@ pub fn render(state: &DaemonState) -> String {
     queries(&mut e, state);
     syslog(&mut e, state);
     retention(&mut e, state);
+    export(&mut e, state);
     e.finish()
+}
+
+/// The export stage, per shard file and table (nothing when export is
+/// off).
+fn export(e: &mut Exposition, state: &DaemonState) {
+    let Some(status) = &state.export else {
+        return;
+    };
+    let report = status.report();
+    let mut labels: Vec<[(&str, String); 2]> = Vec::new();
+    let mut streams = Vec::new();
+    for s in &report.shards {
+        for (table, st) in [("events", &s.events), ("gaps", &s.gaps)] {
+            labels.push([("shard", s.file.clone()), ("table", table.to_string())]);
+            streams.push((st, s.failures));
+        }
+    }
+    type Value = fn(&crate::export::status::StreamStatus, u64) -> f64;
+    let families: [(&str, &str, Kind, Value); 9] = [
+        (
+            "eventd_export_exported_through",
+            "Every row with an id at or below this is in the cluster.",
+            Kind::Gauge,
+            |st, _| st.exported_through as f64,
+        ),
+        (
+            "eventd_export_lag_rows",
+            "Rows committed but not exported yet.",
+            Kind::Gauge,
+            |st, _| st.lag_rows as f64,
+        ),
+        (
+            "eventd_export_lag_seconds",
+            "Age of the oldest row not exported yet.",
+            Kind::Gauge,
+            |st, _| st.lag_seconds,
+        ),
+        (
+            "eventd_export_batches_sent_total",
+            "Batches the cluster accepted on their first send.",
+            Kind::Counter,
+            |st, _| st.batches_sent as f64,
+        ),
+        (
+            "eventd_export_rows_sent_total",
+            "Rows in the batches accepted on their first send.",
+            Kind::Counter,
+            |st, _| st.rows_sent as f64,
+        ),
+        (
+            "eventd_export_batches_deduplicated_total",
+            "Batches whose send was not confirmed, found in the cluster whole: not resent.",
+            Kind::Counter,
+            |st, _| st.batches_deduplicated as f64,
+        ),
+        (
+            "eventd_export_batches_resent_total",
+            "Batches found missing after a failure and sent again (their missing rows).",
+            Kind::Counter,
+            |st, _| st.batches_resent as f64,
+        ),
+        (
+            "eventd_export_rows_resent_total",
+            "Rows sent again after a failure.",
+            Kind::Counter,
+            |st, _| st.rows_resent as f64,
+        ),
+        (
+            "eventd_export_failures",
+            "Failed sends and checks of the shard file in a row (0 when it exports).",
+            Kind::Gauge,
+            |_, failures| failures as f64,
+        ),
+    ];
+    for (name, help, kind, value) in families {
+        let samples: Vec<(&[(&str, String)], f64)> = labels
+            .iter()
+            .zip(&streams)
+            .map(|(l, (st, failures))| (&l[..], value(st, *failures)))
+            .collect();
+        e.family(name, help, kind, samples);
+    }
 }
 
 // Longer than the ~70 lines a function should be: one family per ring counter:

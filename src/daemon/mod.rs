@@ -81,6 +81,8 @@ pub enum DaemonError {
     Access(#[from] access::AccessError),
     #[error(transparent)]
     Directory(#[from] access::files::DirError),
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
 }
 
 /// A running daemon.
@@ -92,6 +94,9 @@ pub struct Daemon {
     writers: Vec<Watched>,
     retention: Option<JoinHandle<()>>,
     retention_stop: Arc<crate::retention::Stop>,
+    /// How far the export stage got, for retention (export on only).
+    export_floors: Option<Arc<crate::store::retention::ExportFloors>>,
+    exporter: Option<crate::export::Exporter>,
     query: Option<crate::query::QueryServer>,
     metrics_http: Option<crate::metrics::MetricsListener>,
     syslog: Option<crate::syslog::SyslogListener>,
@@ -160,7 +165,7 @@ impl Daemon {
             assignment,
         };
         let (mut daemon, active) = Daemon::assemble(settings, lock, shared, writers, drains, parts);
-        match daemon.start_services(settings, &tunables, active) {
+        match daemon.start_services(settings, &tunables, active, &on_failure) {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 let _ = daemon.join();
@@ -215,6 +220,13 @@ impl Daemon {
             failing_writers: shared.writer.failing.clone(),
             policy: parts.policy,
             health: shared.writer.health.clone(),
+            export: settings.export.as_ref().map(|e| {
+                Arc::new(crate::export::ExportStatus::new(
+                    &settings.host_name,
+                    &e.url,
+                    &e.database,
+                ))
+            }),
         });
         let live = Arc::new(crate::config::live::LiveConfig::new(
             settings.config_file.clone(),
@@ -229,6 +241,8 @@ impl Daemon {
             writers: writers.threads,
             retention: None,
             retention_stop: Arc::new(crate::retention::Stop::default()),
+            export_floors: settings.export.as_ref().map(|_| Arc::default()),
+            exporter: None,
             query: None,
             metrics_http: None,
             syslog: None,
@@ -248,7 +262,9 @@ impl Daemon {
         settings: &Settings,
         tunables: &Tunables,
         active: Vec<ActiveShard>,
+        hook: &FailureHook,
     ) -> Result<(), DaemonError> {
+        self.start_export(settings, tunables, hook)?;
         self.start_retention(settings, tunables, active)?;
         self._watch = watch_config(settings, &self.live);
         self.start_query_server(settings)?;
@@ -281,6 +297,44 @@ impl Daemon {
         Ok(())
     }
 
+    /// Starts the export stage, when `ExportUrl` is set: its workers read
+    /// the shards read-only and never wait on the write path.
+    fn start_export(
+        &mut self,
+        settings: &Settings,
+        tunables: &Tunables,
+        hook: &FailureHook,
+    ) -> Result<(), DaemonError> {
+        let (Some(export), Some(status), Some(floors)) = (
+            settings.export.clone(),
+            self.state.export.clone(),
+            self.export_floors.clone(),
+        ) else {
+            return Ok(());
+        };
+        let mut t = tunables.export;
+        if t.workers == 0 {
+            t.workers = self.state.shards.len().clamp(1, crate::export::WORKERS_MAX);
+        }
+        let policy = self.state.policy;
+        let inputs = crate::export::ExportInputs {
+            data_dir: settings.data_dir.clone(),
+            store_dir: settings.store_dir.clone(),
+            host: settings.host_name.clone(),
+            settings: export,
+            live: self.live.clone(),
+            health: self.state.health.clone(),
+            floors,
+            status,
+            state_mode: (
+                policy.mode(access::Kind::ExportDir),
+                policy.mode(access::Kind::ExportState),
+            ),
+        };
+        self.exporter = Some(crate::export::Exporter::start(inputs, t, hook)?);
+        Ok(())
+    }
+
     fn start_retention(
         &mut self,
         settings: &Settings,
@@ -301,7 +355,7 @@ impl Daemon {
                 live: self.live.clone(),
                 epochs,
                 health: self.state.health.clone(),
-                export: None,
+                export: self.export_floors.clone(),
             },
             self.state.retention.clone(),
             self.retention_stop.clone(),
@@ -358,6 +412,9 @@ impl Daemon {
         self.stop.store(true, Ordering::Relaxed);
         self.stopping.store(true, Ordering::Relaxed);
         self.retention_stop.stop();
+        if let Some(e) = &self.exporter {
+            e.stop();
+        }
         for ring in &self.state.rings {
             ring.ring().wake_reader();
         }
@@ -374,6 +431,9 @@ impl Daemon {
         drop(self.syslog.take());
         self.stop();
         let mut failures = Vec::new();
+        if let Some(mut exporter) = self.exporter.take() {
+            exporter.stop_and_join(&mut failures);
+        }
         // The coordinator holds senders of every channel: it goes first.
         if let Some(handle) = self.retention.take() {
             if handle.join().is_err() {

@@ -26,6 +26,7 @@ pub fn answer(
             }})
         }
         Request::Metrics => json!({ "metrics": super::metrics::render(state) }),
+        Request::Export => json!({ "export": state.export.as_ref().map(|e| e.report()) }),
         Request::Query { .. } => {
             json!({ "error": { "code": "internal", "message": "not a report" } })
         }

@@ -77,4 +77,6 @@ pub struct DaemonState {
     pub policy: Policy,
     /// Damaged shard files, and each active shard's file now.
     pub health: Arc<StoreHealth>,
+    /// The export stage's report, when export is on.
+    pub export: Option<Arc<crate::export::ExportStatus>>,
 }

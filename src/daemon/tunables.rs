@@ -20,6 +20,8 @@ pub struct Tunables {
     pub channel: Option<Capacity>,
     /// Time between two passes of the retention coordinator.
     pub retention_interval: Duration,
+    /// The export stage's HTTP deadline, batch format and worker count.
+    pub export: crate::export::ExportTunables,
 }
 
 /// All channels together hold at most about this many payload bytes.
@@ -35,6 +37,7 @@ impl Default for Tunables {
             stripe_len: NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN),
             channel: None,
             retention_interval: Duration::from_secs(30),
+            export: crate::export::ExportTunables::default(),
         }
     }
 }

@@ -11,8 +11,9 @@
 //! ← {"end":{"count":100,"cursor":"<token>","gaps":3,"gap_cursor":"<token>"}}
 //!                                                  each cursor continues its listing
 //!
-//! → {"op":"stats"} | {"op":"shards"} | {"op":"config"} | {"op":"metrics"}
+//! → {"op":"stats"} | {"op":"shards"} | {"op":"config"} | {"op":"metrics"} | {"op":"export"}
 //! ← {"stats":{...}} | {"shards":[...]} | {"config":{...}} | {"metrics":"<Prometheus text>"}
+//!   | {"export":{...}} (null when export is off)
 //!
 //! ← {"error":{"code":"busy"|"denied"|"bad_request","message":"..."}}
 //! ```
@@ -43,6 +44,8 @@ pub enum Request {
     Config,
     /// The same figures as `stats`, in the Prometheus text format.
     Metrics,
+    /// The export stage's report (`eventctl export status`).
+    Export,
 }
 
 /// Error codes a client can act on.

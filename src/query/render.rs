@@ -58,9 +58,26 @@ impl<W: Write> Renderer<W> {
     }
 
     pub fn event(&mut self, e: &EventRow) -> std::io::Result<()> {
+        self.event_from(None, e)
+    }
+
+    /// An event of a fleet query: the same output with its host first (a
+    /// `host` key in JSON, a HOST column in a table).
+    pub fn event_from(&mut self, host: Option<&str>, e: &EventRow) -> std::io::Result<()> {
+        let prefix = host.map_or_else(String::new, |h| format!("{} ", clean(h)));
         match self.format {
-            Output::Json => writeln!(self.out, "{}", serde_json::to_string(e)?),
+            Output::Json => match host {
+                None => writeln!(self.out, "{}", serde_json::to_string(e)?),
+                Some(h) => {
+                    let mut v = serde_json::to_value(e)?;
+                    if let Some(map) = v.as_object_mut() {
+                        map.insert("host".to_string(), serde_json::Value::from(h));
+                    }
+                    writeln!(self.out, "{v}")
+                }
+            },
             Output::Text => {
+                write!(self.out, "{prefix}")?;
                 let level = level_name(e.level);
                 let (on, off) = match (self.colour, e.level) {
                     (false, _) => ("", ""),
@@ -86,17 +103,26 @@ impl<W: Write> Renderer<W> {
                 }
             }
             Output::Table => {
+                let host = host.map(|h| format!("{:<16} ", clean(h)));
                 if !self.header_done {
                     self.header_done = true;
                     writeln!(
                         self.out,
-                        "{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  MESSAGE",
-                        "TIME", "CPU", "SEQ", "LEVEL", "PROVIDER", "NAME", "PID"
+                        "{}{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  MESSAGE",
+                        host.as_ref().map_or("", |_| "HOST             "),
+                        "TIME",
+                        "CPU",
+                        "SEQ",
+                        "LEVEL",
+                        "PROVIDER",
+                        "NAME",
+                        "PID"
                     )?;
                 }
                 writeln!(
                     self.out,
-                    "{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  {}",
+                    "{}{:<27} {:>4} {:>10} {:<7} {:<16} {:<16} {:>7}  {}",
+                    host.unwrap_or_default(),
                     time(e.ts),
                     e.cpu,
                     e.seq,
@@ -111,11 +137,20 @@ impl<W: Write> Renderer<W> {
     }
 
     pub fn gap(&mut self, g: &GapRow) -> std::io::Result<()> {
+        self.gap_from(None, g)
+    }
+
+    /// A gap of a fleet query, with its host.
+    pub fn gap_from(&mut self, host: Option<&str>, g: &GapRow) -> std::io::Result<()> {
+        let on = host.map_or_else(String::new, |h| format!(" on {}", clean(h)));
         match self.format {
-            Output::Json => writeln!(self.out, "{}", serde_json::json!({ "gap": g })),
+            Output::Json => match host {
+                None => writeln!(self.out, "{}", serde_json::json!({ "gap": g })),
+                Some(h) => writeln!(self.out, "{}", serde_json::json!({ "gap": g, "host": h })),
+            },
             _ => writeln!(
                 self.out,
-                "-- {} events lost on cpu {} ({}, sequences {}..={}) between {} and {} --",
+                "-- {} events lost{on} on cpu {} ({}, sequences {}..={}) between {} and {} --",
                 g.lost,
                 g.cpu,
                 g.reason,

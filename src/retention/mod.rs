@@ -33,8 +33,8 @@ use crate::store::retention::trim::{ShardUsage, Trimmed};
 use crate::store::retention::{ExportFloors, Keep};
 use rusqlite::Connection;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Rows deleted per transaction: small enough that a writer's commits and
@@ -100,44 +100,7 @@ struct Shard {
     dirty: bool,
 }
 
-/// Wakes the coordinator's sleep between passes at shutdown.
-#[derive(Default)]
-pub struct Stop {
-    stopped: AtomicBool,
-    lock: Mutex<()>,
-    wake: Condvar,
-}
-
-impl Stop {
-    pub fn stop(&self) {
-        self.stopped.store(true, Ordering::Relaxed);
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.wake.notify_all();
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
-    }
-
-    fn flag(&self) -> &AtomicBool {
-        &self.stopped
-    }
-
-    /// Sleeps `d` or until [`stop`](Self::stop); true if stopped.
-    fn sleep(&self, d: Duration) -> bool {
-        let guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        // The flag is set before notifying under the lock, so checking it
-        // under the lock cannot miss the wakeup.
-        if self.is_stopped() {
-            return true;
-        }
-        let _ = self
-            .wake
-            .wait_timeout(guard, d)
-            .unwrap_or_else(|p| p.into_inner());
-        self.is_stopped()
-    }
-}
+pub use crate::threads::Stop;
 
 /// What the coordinator works on.
 pub struct Inputs {

@@ -523,29 +523,71 @@ mod tests {
         .unwrap();
         let exported = Some(Exported { events: 4, gaps: 1 });
         // By age: only what was exported goes (ids 1..=4; gap 1).
-        let t = trim(&mut conn, 1000, 100, None, Keep { exported, forced: false }).unwrap();
+        let t = trim(
+            &mut conn,
+            1000,
+            100,
+            None,
+            Keep {
+                exported,
+                forced: false,
+            },
+        )
+        .unwrap();
         assert_eq!((t.events, t.unexported, t.gaps), (4, 0, 1));
         assert_eq!(count(&conn, "SELECT min(id) FROM events"), 5);
         // Forced (the size limit): the three oldest go (ids 5..=7, none
         // exported yet), and one gap row counts them.
-        let t = trim(&mut conn, 80, 100, None, Keep { exported, forced: true }).unwrap();
+        let t = trim(
+            &mut conn,
+            80,
+            100,
+            None,
+            Keep {
+                exported,
+                forced: true,
+            },
+        )
+        .unwrap();
         assert_eq!((t.events, t.unexported), (3, 3));
         let gap: (i64, i64, i64, i64, String, i64) = conn
             .query_row(
                 "SELECT ring_epoch, from_seq, to_seq, lost, reason, ts_before FROM gaps \
                  WHERE reason = 'unexported'",
                 [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
+                },
             )
             .unwrap();
         assert_eq!(gap, (7, 5, 7, 3, UNEXPORTED_REASON.to_string(), 50));
         // The unexported gap (id 2) stays even when forced; the new
         // `unexported` gap is the newest row and stays too.
-        let t = trim(&mut conn, 1000, 100, None, Keep { exported, forced: true }).unwrap();
+        let t = trim(
+            &mut conn,
+            1000,
+            100,
+            None,
+            Keep {
+                exported,
+                forced: true,
+            },
+        )
+        .unwrap();
         assert_eq!((t.events, t.unexported, t.gaps), (2, 2, 0));
         assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 4);
         assert_eq!(
-            count(&conn, "SELECT sum(lost) FROM gaps WHERE reason = 'unexported'"),
+            count(
+                &conn,
+                "SELECT sum(lost) FROM gaps WHERE reason = 'unexported'"
+            ),
             5
         );
         // Without export, every old row goes but the newest (the
@@ -677,7 +719,10 @@ mod tests {
         }
         tx.commit().unwrap();
         let full = measure(&conn).unwrap();
-        while trim(&mut conn, i64::MAX, 1000, Some(&[1]), Keep::default()).unwrap().more {}
+        while trim(&mut conn, i64::MAX, 1000, Some(&[1]), Keep::default())
+            .unwrap()
+            .more
+        {}
         let emptied = measure(&conn).unwrap();
         assert!(emptied.free_pages > 200, "{emptied:?}");
         assert!(emptied.used_bytes() < full.used_bytes() / 10);

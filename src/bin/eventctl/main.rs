@@ -12,6 +12,8 @@ use eventd::rings::{now_ns, Emitter, Event, Level};
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
+mod export;
+
 #[derive(Parser)]
 #[command(version, about = "Client of the eventd event collection daemon")]
 struct Args {
@@ -39,6 +41,9 @@ enum Command {
     Shards,
     /// The daemon's effective settings.
     Config,
+    /// The ClickHouse export: create the tables, see how far it got.
+    #[command(subcommand)]
+    Export(export::ExportCommand),
 }
 
 #[derive(clap::Args)]
@@ -85,6 +90,17 @@ struct QueryArgs {
     /// Read the shard files directly instead of asking the daemon.
     #[arg(long)]
     offline: bool,
+    /// Query the whole fleet in this ClickHouse cluster (its HTTP URL, e.g.
+    /// http://127.0.0.1:8123/) instead of this host's daemon.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["offline", "follow"])]
+    cluster: Option<String>,
+    /// With --cluster: only this host (repeatable).
+    #[arg(long = "host", value_name = "NAME", requires = "cluster")]
+    hosts: Vec<String>,
+    /// With --cluster: the database of eventd's tables (default:
+    /// ExportDatabase, "eventd").
+    #[arg(long, requires = "cluster")]
+    database: Option<String>,
     #[arg(long, value_enum, default_value = "text")]
     output: Output,
 }
@@ -142,6 +158,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Command::Stats(StatsArgs { prometheus: true }) => report(&socket, Request::Metrics),
         Command::Shards => report(&socket, Request::Shards),
         Command::Config => report(&socket, Request::Config),
+        Command::Export(command) => export::run(&settings, command),
     }
 }
 
@@ -170,11 +187,12 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
         };
         fields.push((k.to_string(), v.to_string()));
     }
-    let page = match &q.cursor {
-        Some(t) => {
+    // A fleet query's cursor is its own (it names hosts too).
+    let page = match (&q.cursor, &q.cluster) {
+        (Some(t), None) => {
             PageCursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?
         }
-        None => PageCursor::default(),
+        _ => PageCursor::default(),
     };
     Ok(Filter {
         since_ns: q.since.as_deref().map(parse_time).transpose()?,
@@ -199,6 +217,23 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
 }
 
 fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
+    if let Some(url) = &q.cluster {
+        let filter = filter_of(&q)?;
+        let cluster = export::ClusterArgs {
+            url: Some(url.clone()),
+            database: q.database.clone(),
+            user: None,
+            password_file: None,
+        };
+        return export::fleet_query(
+            settings,
+            &cluster,
+            &q.hosts,
+            &filter,
+            q.cursor.as_deref(),
+            q.output,
+        );
+    }
     let filter = filter_of(&q)?;
     let stdout = std::io::stdout();
     let colour = stdout.is_terminal();

@@ -1,0 +1,219 @@
+//! `eventctl export init|status` and `eventctl query --cluster`.
+
+use anyhow::{bail, Context};
+use eventd::config::Settings;
+use eventd::export::clickhouse::{Client, Endpoint};
+use eventd::export::fleet::{FleetCursor, FleetQuery};
+use eventd::export::status::ExportReport;
+use eventd::query::render::{Output, Renderer};
+use eventd::query::{Filter, Request};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(clap::Subcommand)]
+pub enum ExportCommand {
+    /// Create eventd's database and tables in a ClickHouse cluster (every
+    /// server, ON CLUSTER); running it again changes nothing.
+    Init(InitArgs),
+    /// How far the export stage got, per shard file and table.
+    Status(StatusArgs),
+}
+
+/// Where ClickHouse is and who to be there; defaults from the
+/// configuration's Export keys.
+#[derive(clap::Args, Clone)]
+pub struct ClusterArgs {
+    /// ClickHouse's HTTP interface (default: ExportUrl).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The database of eventd's tables (default: ExportDatabase, "eventd").
+    #[arg(long)]
+    pub database: Option<String>,
+    /// The ClickHouse user (default: ExportUser).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// A file whose first line is the password (default:
+    /// ExportPasswordFile).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct InitArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The cluster (remote_servers) the tables spread over.
+    #[arg(long = "cluster", default_value = "eventd", value_name = "NAME")]
+    pub cluster_name: String,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[arg(long, value_enum, default_value = "text")]
+    pub output: Output,
+}
+
+/// The client and database `args` (or the configuration) name.
+pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Client, String)> {
+    let configured = settings.export.as_ref();
+    let Some(url) = args
+        .url
+        .clone()
+        .or_else(|| configured.map(|e| e.url.clone()))
+    else {
+        bail!("no ClickHouse URL: give --url (or set ExportUrl in the configuration)");
+    };
+    let database = args
+        .database
+        .clone()
+        .or_else(|| configured.map(|e| e.database.clone()))
+        .unwrap_or_else(|| eventd::config::EXPORT_DATABASE_DEFAULT.to_string());
+    let user = args
+        .user
+        .clone()
+        .or_else(|| configured.and_then(|e| e.user.clone()));
+    let password_file = args
+        .password_file
+        .clone()
+        .or_else(|| configured.and_then(|e| e.password_file.clone()));
+    let password = match password_file {
+        Some(path) => Some(eventd::export::read_password_file(&path).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let endpoint = Endpoint {
+        url,
+        user,
+        password,
+    };
+    Ok((Client::new(endpoint, Duration::from_secs(60)), database))
+}
+
+pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
+    match command {
+        ExportCommand::Init(args) => {
+            let (client, database) = connect(settings, &args.cluster)?;
+            let done = eventd::export::init::init(&client, &database, &args.cluster_name)
+                .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+            for line in done {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        ExportCommand::Status(args) => status(settings, args.output),
+    }
+}
+
+fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
+    let socket = settings.run_dir.join("query.sock");
+    let mut answer = None;
+    eventd::query::client::call(&socket, &Request::Export, |v| {
+        answer = Some(v);
+        Ok(true)
+    })?;
+    let Some(v) = answer else {
+        bail!("eventd closed the connection without an answer");
+    };
+    if let Some(e) = v.get("error") {
+        bail!(super::refusal("the request", e));
+    }
+    let export = v.get("export").cloned().unwrap_or_default();
+    if export.is_null() {
+        bail!("export is off in this eventd (ExportUrl is not set)");
+    }
+    if output == Output::Json {
+        println!("{}", serde_json::to_string_pretty(&export)?);
+        return Ok(());
+    }
+    let report: ExportReport = serde_json::from_value(export).context("reading the report")?;
+    print_report(&report);
+    Ok(())
+}
+
+fn print_report(r: &ExportReport) {
+    println!(
+        "host {} exporting to {} database {}",
+        r.host, r.url, r.database
+    );
+    if let Some(c) = &r.cluster {
+        println!(
+            "cluster {} ({} replicas), ClickHouse {}{}",
+            c.cluster,
+            c.replicas,
+            c.version,
+            if c.dedup_token {
+                ", deduplication tokens"
+            } else {
+                ""
+            }
+        );
+    }
+    println!(
+        "{:<22} {:<7} {:>12} {:>10} {:>9} {:>8} {:>8} {:>7}  STATE",
+        "SHARD", "TABLE", "THROUGH", "LAG_ROWS", "LAG_S", "BATCHES", "DEDUP", "RESENT"
+    );
+    for s in &r.shards {
+        for (table, st) in [("events", &s.events), ("gaps", &s.gaps)] {
+            println!(
+                "{:<22} {:<7} {:>12} {:>10} {:>9.1} {:>8} {:>8} {:>7}  {}",
+                s.file,
+                table,
+                st.exported_through,
+                st.lag_rows,
+                st.lag_seconds,
+                st.batches_sent,
+                st.batches_deduplicated,
+                st.batches_resent,
+                s.state
+            );
+        }
+        if let Some(e) = &s.last_error {
+            println!("  last error ({} in a row): {e}", s.failures);
+        }
+    }
+}
+
+/// `eventctl query --cluster`: the same filters over the fleet.
+pub fn fleet_query(
+    settings: &Settings,
+    cluster: &ClusterArgs,
+    hosts: &[String],
+    filter: &Filter,
+    cursor: Option<&str>,
+    output: Output,
+) -> anyhow::Result<()> {
+    let (client, database) = connect(settings, cluster)?;
+    let cursor = match cursor {
+        Some(t) => FleetCursor::parse(t)
+            .with_context(|| format!("--cursor {t:?} is not a fleet query's cursor"))?,
+        None => FleetCursor::default(),
+    };
+    let stdout = std::io::stdout();
+    let colour = stdout.is_terminal();
+    let out = std::cell::RefCell::new(Renderer::new(stdout.lock(), output, colour));
+    let query = FleetQuery {
+        client: &client,
+        database: &database,
+        filter,
+        hosts,
+        cursor,
+    };
+    let keep_going = |r: std::io::Result<()>| match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e),
+    };
+    let (next, events, gaps) = query
+        .run(
+            |host, e| keep_going(out.borrow_mut().event_from(Some(host), e)),
+            |host, g| keep_going(out.borrow_mut().gap_from(Some(host), g)),
+        )
+        .with_context(|| format!("querying {}", client.url()))?;
+    out.borrow_mut().flush().or_else(super::broken_pipe)?;
+    if let Some(limit) = filter.limit {
+        if events == limit || gaps == limit {
+            eprintln!("next page: --cursor {}", next.token());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! The export stage: every committed event and gap of every shard file,
+//! exactly once, into a ClickHouse cluster (docs/export.md).
+//!
+//! It runs beside the write path and never touches it: it reads the shard
+//! files through its own read-only connections (R8 holds: the writers stay
+//! their only writers), keeps its cursors in its own state database
+//! (`DATA_DIR/export/state.db`), and tells retention how far it got
+//! ([`ExportFloors`]) so that nothing unexported is deleted by age. The
+//! rings, drains and writers never wait for it; when the cluster is slow or
+//! down, it backs off and keeps its cursors.
+//!
+//! - [`state`]: cursors and intents.
+//! - [`source`]: a shard file read by id range.
+//! - [`format`]: the ClickHouse tables' columns, RowBinary and JSONEachRow.
+//! - [`clickhouse`]: the HTTP interface.
+//! - [`cluster`]: inserting through the Distributed tables, and asking
+//!   every replica what landed.
+//! - [`worker`]: the protocol, per file and table.
+//! - [`status`]: what `eventctl export status` and the metrics show.
+//! - [`init`]: the schema `eventctl export init` creates.
+//! - [`fleet`]: `eventctl query --cluster`, the same queries over the
+//!   fleet.
+
+pub mod clickhouse;
+pub mod cluster;
+pub mod fleet;
+pub mod format;
+pub mod init;
+pub mod source;
+pub mod state;
+pub mod status;
+pub mod worker;
+
+use crate::config::live::LiveConfig;
+use crate::store::retention::ExportFloors;
+use crate::store::StoreHealth;
+use crate::threads::{spawn_watched, FailureHook, Stop, Watched};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use status::{ExportReport, ExportStatus};
+
+/// The export keys of the configuration, checked.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExportSettings {
+    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only).
+    pub url: String,
+    /// `ExportDatabase` (restart-only).
+    pub database: String,
+    /// `ExportBatchRows` (live).
+    pub batch_rows: u64,
+    /// `ExportUser` (live).
+    pub user: Option<String>,
+    /// `ExportPasswordFile` (live; read again every few seconds).
+    pub password_file: Option<PathBuf>,
+}
+
+/// The password in `path`: its first line. The file must not be readable
+/// by every local user.
+pub fn read_password_file(path: &Path) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| format!("ExportPasswordFile {}: {e}", path.display()))?;
+    if meta.mode() & 0o004 != 0 {
+        return Err(format!(
+            "ExportPasswordFile {} is readable by every local user (mode {:o}); \
+             chmod o-r it",
+            path.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("ExportPasswordFile {}: {e}", path.display()))?;
+    Ok(text.lines().next().unwrap_or("").to_string())
+}
+
+/// How the stage runs (internal sizes, set by tests and the load harness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportTunables {
+    /// Each HTTP request's deadline without progress.
+    pub timeout: Duration,
+    pub format: format::Format,
+    /// Worker threads (files are spread over them by instance id); 0 =
+    /// one per active shard, at most [`WORKERS_MAX`].
+    pub workers: usize,
+}
+
+/// The most export workers the default starts.
+pub const WORKERS_MAX: usize = 4;
+
+impl Default for ExportTunables {
+    fn default() -> Self {
+        ExportTunables {
+            timeout: Duration::from_secs(30),
+            format: format::Format::RowBinary,
+            workers: 0,
+        }
+    }
+}
+
+/// What the stage is started with.
+pub struct ExportInputs {
+    pub data_dir: PathBuf,
+    pub store_dir: PathBuf,
+    pub host: String,
+    pub settings: ExportSettings,
+    pub live: Arc<LiveConfig>,
+    pub health: Arc<StoreHealth>,
+    pub floors: Arc<ExportFloors>,
+    /// What the workers report to (made by the daemon, which shows it).
+    pub status: Arc<ExportStatus>,
+    /// The modes of the export directory and of the state database.
+    pub state_mode: (crate::access::Mode, crate::access::Mode),
+}
+
+/// The running stage.
+pub struct Exporter {
+    pub status: Arc<ExportStatus>,
+    stop: Arc<Stop>,
+    threads: Vec<Watched>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Directory(#[from] crate::access::files::DirError),
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    #[error("export state {path}: {source}")]
+    Mode {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start an export thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+impl Exporter {
+    /// Opens the state database (made if missing, eventd's user only) and
+    /// starts the workers.
+    pub fn start(
+        inputs: ExportInputs,
+        tunables: ExportTunables,
+        hook: &FailureHook,
+    ) -> Result<Exporter, ExportError> {
+        let (dir_mode, file_mode) = inputs.state_mode;
+        let dir = inputs.data_dir.join("export");
+        crate::access::files::ensure_dir(&dir, dir_mode)?;
+        let state_path = dir.join("state.db");
+        drop(state::ExportState::open(&state_path)?);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = state_path.as_os_str().to_owned();
+            name.push(suffix);
+            let path = PathBuf::from(name);
+            if path.exists() {
+                crate::access::files::set_mode_path(&path, file_mode)
+                    .map_err(|source| ExportError::Mode { path, source })?;
+            }
+        }
+        let status = inputs.status.clone();
+        let stop = Arc::new(Stop::default());
+        let count = tunables.workers.max(1);
+        let mut exporter = Exporter {
+            status: status.clone(),
+            stop: stop.clone(),
+            threads: Vec::with_capacity(count),
+        };
+        for index in 0..count {
+            let parts = worker::WorkerParts {
+                index,
+                count,
+                store_dir: inputs.store_dir.clone(),
+                state_path: state_path.clone(),
+                host: inputs.host.clone(),
+                settings: inputs.settings.clone(),
+                live: inputs.live.clone(),
+                floors: inputs.floors.clone(),
+                status: status.clone(),
+                health: inputs.health.clone(),
+                stop: stop.clone(),
+                timeout: tunables.timeout,
+                format: tunables.format,
+            };
+            let worker = worker::ExportWorker::new(parts)?;
+            let spawned = spawn_watched(
+                format!("export-{index}"),
+                format!("export worker {index}"),
+                hook,
+                move || worker.run(),
+            );
+            match spawned {
+                Ok(t) => exporter.threads.push(t),
+                Err(e) => {
+                    exporter.stop_and_join(&mut Vec::new());
+                    return Err(ExportError::Spawn(e));
+                }
+            }
+        }
+        tracing::info!(
+            url = %inputs.settings.url,
+            database = %inputs.settings.database,
+            host = %inputs.host,
+            workers = count,
+            "export to ClickHouse started"
+        );
+        Ok(exporter)
+    }
+
+    pub fn stop(&self) {
+        self.stop.stop();
+    }
+
+    /// Stops the workers (a batch being sent finishes or times out) and
+    /// waits for them.
+    pub fn stop_and_join(&mut self, failures: &mut Vec<String>) {
+        self.stop.stop();
+        crate::threads::join_all(self.threads.drain(..), failures);
+    }
+}

@@ -1,0 +1,284 @@
+//! The export stage's own durable state, `DATA_DIR/export/state.db` (mode
+//! 0600, eventd's user only): per shard instance and table, the id through
+//! which every row is in the cluster (the cursor), and the batch being sent
+//! (the intent). Shards are never written by the export stage (R8); this is
+//! its only database.
+//!
+//! A batch is recorded here, synced, before its first byte is sent, and
+//! removed in the same transaction that moves the cursor past it, after the
+//! cluster accepted it. So after any crash a batch that may have landed is
+//! either behind the cursor (it did) or still recorded (it may have): the
+//! worker then asks the cluster which of its rows are there before sending
+//! anything (see `worker.rs`).
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::path::{Path, PathBuf};
+
+/// The two shard tables the export stage sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Table {
+    Events,
+    Gaps,
+}
+
+impl Table {
+    pub const ALL: [Table; 2] = [Table::Events, Table::Gaps];
+
+    /// The table's name, in the shard and in the state database.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Events => "events",
+            Table::Gaps => "gaps",
+        }
+    }
+}
+
+/// A batch recorded before it is sent: the rows of one shard table with
+/// ids in `lo..=hi` (`rows` of them when it was made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Intent {
+    pub lo: i64,
+    pub hi: i64,
+    pub rows: u64,
+    /// When it was recorded, ns since the Unix epoch.
+    pub recorded_at: i64,
+}
+
+/// Where one (instance, table) stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Every row with an id at or below this is in the cluster (or was
+    /// deleted before it could be sent, and counted).
+    pub exported_through: i64,
+    pub pending: Option<Intent>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("export state {path}: {source}")]
+pub struct StateError {
+    pub path: PathBuf,
+    pub source: rusqlite::Error,
+}
+
+const SCHEMA: &str = "
+    CREATE TABLE IF NOT EXISTS cursors (
+        instance TEXT NOT NULL,           -- the shard file's instance id
+        tbl TEXT NOT NULL,                -- events | gaps
+        file TEXT NOT NULL,               -- the file's name when last seen
+        exported_through INTEGER NOT NULL,
+        PRIMARY KEY (instance, tbl)
+    );
+    CREATE TABLE IF NOT EXISTS pending (
+        instance TEXT NOT NULL,
+        tbl TEXT NOT NULL,
+        lo INTEGER NOT NULL,              -- the batch is ids lo..=hi
+        hi INTEGER NOT NULL,
+        rows INTEGER NOT NULL,
+        recorded_at INTEGER NOT NULL,
+        PRIMARY KEY (instance, tbl)
+    );";
+
+/// One connection to the state database (each export worker has its own;
+/// they write different rows).
+pub struct ExportState {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl ExportState {
+    /// Opens (creating it, mode 0600) `path`. Synchronous = FULL: an
+    /// intent must survive a power cut, or a batch could be sent twice
+    /// (one fsync per batch of thousands of rows).
+    pub fn open(path: &Path) -> Result<ExportState, StateError> {
+        let err = |source| StateError {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
+        conn.pragma_update(None, "busy_timeout", 10_000)
+            .map_err(err)?;
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        Ok(ExportState {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StateError {
+        StateError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Where `instance`'s `table` stands (nothing exported, nothing
+    /// pending, for an instance never seen).
+    pub fn position(&self, instance: &str, table: Table) -> Result<Position, StateError> {
+        let through: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT exported_through FROM cursors WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let pending = self
+            .conn
+            .query_row(
+                "SELECT lo, hi, rows, recorded_at FROM pending WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+                |r| {
+                    Ok(Intent {
+                        lo: r.get(0)?,
+                        hi: r.get(1)?,
+                        rows: r.get::<_, i64>(2)? as u64,
+                        recorded_at: r.get(3)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(Position {
+            exported_through: through.unwrap_or(0),
+            pending,
+        })
+    }
+
+    /// Records `intent` (replacing any earlier one), durably, before the
+    /// batch is sent.
+    pub fn record(&self, instance: &str, table: Table, intent: Intent) -> Result<(), StateError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO pending (instance, tbl, lo, hi, rows, recorded_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    instance,
+                    table.name(),
+                    intent.lo,
+                    intent.hi,
+                    intent.rows as i64,
+                    intent.recorded_at
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Every row through `through` is in the cluster: moves the cursor
+    /// (never back) and forgets the intent, in one transaction.
+    pub fn advance(
+        &mut self,
+        instance: &str,
+        table: Table,
+        file: &str,
+        through: i64,
+    ) -> Result<(), StateError> {
+        let path = self.path.clone();
+        let err = |source| StateError { path, source };
+        let tx = match self.conn.transaction() {
+            Ok(tx) => tx,
+            Err(e) => return Err(err(e)),
+        };
+        let run = || -> rusqlite::Result<()> {
+            tx.execute(
+                "INSERT INTO cursors (instance, tbl, file, exported_through) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (instance, tbl) DO UPDATE SET \
+                 file = excluded.file, \
+                 exported_through = max(exported_through, excluded.exported_through)",
+                params![instance, table.name(), file, through],
+            )?;
+            tx.execute(
+                "DELETE FROM pending WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+            )?;
+            Ok(())
+        };
+        match run() {
+            Ok(()) => tx.commit().map_err(err),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// Every instance the state knows, with its file name when last seen
+    /// and its cursors (for status of files no longer present).
+    pub fn known(&self) -> Result<Vec<(String, String, Table, i64)>, StateError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT instance, file, tbl, exported_through FROM cursors ORDER BY file, tbl")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let tbl: String = r.get(2)?;
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    if tbl == "gaps" {
+                        Table::Gaps
+                    } else {
+                        Table::Events
+                    },
+                    r.get(3)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.err(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_intent_survives_reopening_and_goes_with_the_cursor_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let s = ExportState::open(&path).unwrap();
+        assert_eq!(
+            s.position("a1", Table::Events).unwrap(),
+            Position::default()
+        );
+        let intent = Intent {
+            lo: 1,
+            hi: 500,
+            rows: 500,
+            recorded_at: 7,
+        };
+        s.record("a1", Table::Events, intent).unwrap();
+        drop(s);
+        let mut s = ExportState::open(&path).unwrap();
+        let p = s.position("a1", Table::Events).unwrap();
+        assert_eq!(p.pending, Some(intent));
+        assert_eq!(s.position("a1", Table::Gaps).unwrap().pending, None);
+        s.advance("a1", Table::Events, "shard-000.db", 500).unwrap();
+        let p = s.position("a1", Table::Events).unwrap();
+        assert_eq!((p.exported_through, p.pending), (500, None));
+        // Never back.
+        s.advance("a1", Table::Events, "shard-000.db", 20).unwrap();
+        assert_eq!(
+            s.position("a1", Table::Events).unwrap().exported_through,
+            500
+        );
+        assert_eq!(
+            s.known().unwrap(),
+            [(
+                "a1".to_string(),
+                "shard-000.db".to_string(),
+                Table::Events,
+                500
+            )]
+        );
+    }
+}

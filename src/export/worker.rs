@@ -1,0 +1,559 @@
+//! One export worker: a thread that sends the shard files assigned to it
+//! (by a hash of their instance id, so a file always has the same worker),
+//! table by table, batch by batch. The protocol, per (file, table):
+//!
+//! 1. **Batch.** The rows with ids above the cursor, at most
+//!    `ExportBatchRows`, once that many wait or the oldest has waited
+//!    [`FLUSH_INTERVAL`]. The batch is the id range `cursor+1 ..= last id`.
+//! 2. **Intent.** The range is recorded in the state database (synced).
+//! 3. **Send.** One insert of the batch through the Distributed table,
+//!    synchronous. Accepted: the cursor moves to the range's end and the
+//!    intent goes, in one transaction.
+//! 4. **Settle.** After a failed send, and for an intent found at start,
+//!    nothing is sent until the cluster says which of the range's rows it
+//!    holds (every replica asked, see `cluster.rs`); only the missing ones
+//!    are sent. A resend of a whole batch is byte for byte the first send,
+//!    so ClickHouse's block deduplication also drops it if the first one
+//!    is still on its way; a resend of part of a batch holds only rows
+//!    that are nowhere.
+//! 5. **Reconcile.** Once per file and table after start, before the first
+//!    batch: the cluster's highest id of this file above the cursor, if
+//!    any, is settled like an intent. That covers a state database lost or
+//!    restored from a backup.
+//!
+//! A failure backs that file off, doubling from [`BACKOFF_MIN`] to
+//! [`BACKOFF_MAX`]; the cursor stays. Nothing here waits on the write path
+//! or holds it up: shards are read through their own read-only connections.
+
+use super::cluster::{Cluster, ClusterError};
+use super::format::Format;
+use super::source::{Rows, ShardSource, SourceError};
+use super::state::{ExportState, Intent, StateError, Table};
+use super::status::{ClusterStatus, ExportStatus};
+use super::ExportSettings;
+use crate::config::live::LiveConfig;
+use crate::store::retention::{ExportFloors, Exported};
+use crate::store::StoreHealth;
+use crate::threads::Stop;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A batch smaller than `ExportBatchRows` goes once its oldest row has
+/// waited this long: at most about one insert per second per shard file,
+/// as ClickHouse prefers, with that much export lag at low rates.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Sleep between rounds that found nothing to do.
+const IDLE: Duration = Duration::from_millis(100);
+/// Backoff after failures of one file: doubling between these.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(200);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How often the store directory is listed for new and vanished files.
+const SCAN_INTERVAL: Duration = Duration::from_secs(2);
+/// The most rows a batch may have had (the top of `ExportBatchRows`): a
+/// lost intent's batch lies within this many rows after the cursor.
+pub const BATCH_ROWS_MAX: u64 = crate::config::EXPORT_BATCH_ROWS_RANGE.1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// What a worker is made of.
+pub struct WorkerParts {
+    pub index: usize,
+    pub count: usize,
+    pub store_dir: PathBuf,
+    pub state_path: PathBuf,
+    pub host: String,
+    pub settings: ExportSettings,
+    pub live: Arc<LiveConfig>,
+    pub floors: Arc<ExportFloors>,
+    pub status: Arc<ExportStatus>,
+    pub health: Arc<StoreHealth>,
+    pub stop: Arc<Stop>,
+    pub timeout: Duration,
+    pub format: Format,
+}
+
+/// One file this worker sends.
+struct Source {
+    shard: ShardSource,
+    reconciled: [bool; 2],
+    /// Since when rows wait that are fewer than a batch, per table.
+    waiting: [Option<Instant>; 2],
+    next_try: Instant,
+    backoff: Duration,
+}
+
+/// What the steps share.
+struct Ctx {
+    host: String,
+    state: ExportState,
+    cluster: Cluster,
+    floors: Arc<ExportFloors>,
+    status: Arc<ExportStatus>,
+    format: Format,
+    batch_rows: u64,
+}
+
+pub struct ExportWorker {
+    parts: WorkerParts,
+    ctx: Ctx,
+    sources: BTreeMap<PathBuf, Source>,
+    /// Files that cannot be exported, by path, with why (said once).
+    refused: BTreeMap<PathBuf, String>,
+    last_scan: Option<Instant>,
+    credentials: (Option<String>, Option<String>),
+}
+
+fn slot(table: Table) -> usize {
+    match table {
+        Table::Events => 0,
+        Table::Gaps => 1,
+    }
+}
+
+/// FNV-1a of `text`: which worker a file belongs to.
+fn owner(text: &str, count: usize) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % count.max(1) as u64) as usize
+}
+
+impl ExportWorker {
+    pub fn new(parts: WorkerParts) -> Result<ExportWorker, StateError> {
+        let state = ExportState::open(&parts.state_path)?;
+        let credentials = read_credentials(&parts.settings).unwrap_or((None, None));
+        let cluster = make_cluster(&parts, &credentials);
+        let ctx = Ctx {
+            host: parts.host.clone(),
+            state,
+            cluster,
+            floors: parts.floors.clone(),
+            status: parts.status.clone(),
+            format: parts.format,
+            batch_rows: parts.settings.batch_rows,
+        };
+        Ok(ExportWorker {
+            parts,
+            ctx,
+            sources: BTreeMap::new(),
+            refused: BTreeMap::new(),
+            last_scan: None,
+            credentials,
+        })
+    }
+
+    /// Sends until stopped.
+    pub fn run(mut self) -> Result<(), StateError> {
+        while !self.parts.stop.is_stopped() {
+            self.apply_live();
+            if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
+                self.scan();
+                self.last_scan = Some(Instant::now());
+            }
+            if !self.round() && self.parts.stop.sleep(IDLE) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The live keys: ExportBatchRows, ExportUser, ExportPasswordFile.
+    fn apply_live(&mut self) {
+        let Some(settings) = self.parts.live.state().effective.export else {
+            return;
+        };
+        self.ctx.batch_rows = settings.batch_rows;
+        if settings.user != self.parts.settings.user
+            || settings.password_file != self.parts.settings.password_file
+            || self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL)
+        {
+            self.parts.settings = settings;
+            match read_credentials(&self.parts.settings) {
+                Ok(c) if c != self.credentials => {
+                    self.ctx.cluster = make_cluster(&self.parts, &c);
+                    self.credentials = c;
+                    tracing::info!("export credentials changed; they apply to the next batch");
+                }
+                Ok(_) => {}
+                Err(e) => self.say_once(PathBuf::from("ExportPasswordFile"), e),
+            }
+        }
+    }
+
+    fn say_once(&mut self, key: PathBuf, why: String) {
+        if self.refused.get(&key) != Some(&why) {
+            tracing::error!(what = %key.display(), error = %why, "export: not usable");
+            self.refused.insert(key, why);
+        }
+    }
+
+    /// Takes the files of this worker that appeared, drops those gone.
+    fn scan(&mut self) {
+        let paths = match crate::store::list_databases(&self.parts.store_dir) {
+            Ok(p) => p,
+            Err(e) => return self.say_once(self.parts.store_dir.clone(), e.to_string()),
+        };
+        let gone: Vec<PathBuf> = self
+            .sources
+            .keys()
+            .filter(|p| !paths.contains(p) || self.parts.health.is_damaged(p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(s) = self.sources.remove(&path) {
+                let why = if self.parts.health.is_damaged(&path) {
+                    "not exported: the file is damaged".to_string()
+                } else {
+                    "not exported: the file is gone".to_string()
+                };
+                tracing::warn!(shard = %path.display(), "export: {why}");
+                self.ctx
+                    .status
+                    .update(&s.shard.instance, |st| st.state = why);
+            }
+        }
+        for path in paths {
+            if self.sources.contains_key(&path) || self.parts.health.is_damaged(&path) {
+                continue;
+            }
+            match ShardSource::open(&path) {
+                Ok(shard) if owner(&shard.instance, self.parts.count) == self.parts.index => {
+                    self.refused.remove(&path);
+                    self.take(shard);
+                }
+                Ok(_) => {}
+                // Every worker meets it; the first says it.
+                Err(e) if self.parts.index == 0 => self.say_once(path, e.to_string()),
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn take(&mut self, shard: ShardSource) {
+        let mut floor = Exported::default();
+        for table in Table::ALL {
+            if let Ok(p) = self.ctx.state.position(&shard.instance, table) {
+                match table {
+                    Table::Events => floor.events = p.exported_through,
+                    Table::Gaps => floor.gaps = p.exported_through,
+                }
+            }
+        }
+        self.ctx.floors.set(&shard.path, floor);
+        self.ctx.status.update(&shard.instance, |s| {
+            s.file = shard.file.clone();
+            s.state = "starting".to_string();
+        });
+        tracing::info!(shard = %shard.path.display(), instance = %shard.instance, "export: file taken");
+        self.sources.insert(
+            shard.path.clone(),
+            Source {
+                shard,
+                reconciled: [false; 2],
+                waiting: [None; 2],
+                next_try: Instant::now(),
+                backoff: BACKOFF_MIN,
+            },
+        );
+    }
+
+    /// One step for every file and table due; true if anything was sent
+    /// or settled.
+    fn round(&mut self) -> bool {
+        let mut worked = false;
+        let now = Instant::now();
+        for source in self.sources.values_mut() {
+            if source.next_try > now || self.parts.stop.is_stopped() {
+                continue;
+            }
+            let mut failed = None;
+            for table in Table::ALL {
+                match step(&mut self.ctx, source, table) {
+                    Ok(w) => worked |= w,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            match failed {
+                None => succeeded(&self.ctx, source),
+                Some(e) => backed_off(&mut self.ctx, source, &e),
+            }
+        }
+        if let Some(t) = self.ctx.cluster.known_topology() {
+            self.ctx.status.set_cluster(Some(ClusterStatus {
+                version: t.version.clone(),
+                cluster: t.cluster.clone(),
+                replicas: t.replicas.len(),
+                dedup_token: t.dedup_token,
+            }));
+        }
+        worked
+    }
+}
+
+fn make_cluster(parts: &WorkerParts, credentials: &(Option<String>, Option<String>)) -> Cluster {
+    let endpoint = super::clickhouse::Endpoint {
+        url: parts.settings.url.clone(),
+        user: credentials.0.clone(),
+        password: credentials.1.clone(),
+    };
+    let client = super::clickhouse::Client::new(endpoint, parts.timeout);
+    Cluster::new(client, &parts.settings.database, parts.timeout)
+}
+
+/// ExportUser and the password in ExportPasswordFile (its first line).
+fn read_credentials(s: &ExportSettings) -> Result<(Option<String>, Option<String>), String> {
+    let password = match &s.password_file {
+        None => None,
+        Some(path) => Some(super::read_password_file(path)?),
+    };
+    Ok((s.user.clone(), password))
+}
+
+fn succeeded(ctx: &Ctx, source: &mut Source) {
+    if source.backoff > BACKOFF_MIN {
+        tracing::info!(shard = %source.shard.path.display(), "export: sending again");
+    }
+    source.backoff = BACKOFF_MIN;
+    ctx.status.update(&source.shard.instance, |s| {
+        s.failures = 0;
+        if s.state != "exporting" {
+            s.state = "idle".to_string();
+        }
+    });
+}
+
+fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
+    let message = e.to_string();
+    let first =
+        ctx.status.report().shards.iter().all(|s| {
+            s.instance != source.shard.instance || s.last_error.as_deref() != Some(&message)
+        });
+    if first {
+        tracing::warn!(
+            shard = %source.shard.path.display(),
+            error = %message,
+            retry_in = ?source.backoff,
+            "export: batch not sent; the cursor stays and the batch is checked before any resend"
+        );
+    }
+    ctx.status.update(&source.shard.instance, |s| {
+        s.failures += 1;
+        s.state = "retrying".to_string();
+        s.last_error = Some(message);
+        s.last_error_at = Some(crate::rings::now_ns());
+    });
+    source.next_try = Instant::now() + source.backoff;
+    source.backoff = (source.backoff * 2).min(BACKOFF_MAX);
+}
+
+/// One step of `table` of `source`: settle, reconcile, or send one batch.
+fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepError> {
+    let instance = source.shard.instance.clone();
+    let position = ctx.state.position(&instance, table)?;
+    if let Some(intent) = position.pending {
+        settle(ctx, source, table, intent.lo, intent.hi)?;
+        source.reconciled[slot(table)] = true;
+        return Ok(true);
+    }
+    let through = position.exported_through;
+    if !source.reconciled[slot(table)] {
+        reconcile(ctx, source, table, through)?;
+        source.reconciled[slot(table)] = true;
+        return Ok(true);
+    }
+    let newest = source.shard.max_id(table)?;
+    report_lag(ctx, source, table, through, newest)?;
+    if newest <= through {
+        source.waiting[slot(table)] = None;
+        return Ok(false);
+    }
+    let waited = *source.waiting[slot(table)].get_or_insert_with(Instant::now);
+    let full = (newest - through) as u64 >= ctx.batch_rows;
+    if !full && waited.elapsed() < FLUSH_INTERVAL {
+        return Ok(false);
+    }
+    let rows = source.shard.after(table, through, ctx.batch_rows)?;
+    let Some(hi) = rows.last_id() else {
+        return Ok(false);
+    };
+    let intent = Intent {
+        lo: through + 1,
+        hi,
+        rows: rows.len() as u64,
+        recorded_at: crate::rings::now_ns(),
+    };
+    ctx.state.record(&instance, table, intent)?;
+    ctx.status.update(&instance, |s| {
+        s.state = "exporting".to_string();
+        s.stream(table).pending = Some([intent.lo, intent.hi]);
+    });
+    send(ctx, &source.shard, table, &rows)?;
+    advance(ctx, &source.shard, table, hi)?;
+    source.waiting[slot(table)] = None;
+    ctx.status.update(&instance, |s| {
+        let st = s.stream(table);
+        st.batches_sent += 1;
+        st.rows_sent += rows.len() as u64;
+    });
+    Ok(true)
+}
+
+fn report_lag(
+    ctx: &Ctx,
+    source: &Source,
+    table: Table,
+    through: i64,
+    newest: i64,
+) -> Result<(), StepError> {
+    let oldest = if newest > through {
+        source.shard.first_time_after(table, through, 1)?
+    } else {
+        None
+    };
+    let now = crate::rings::now_ns();
+    ctx.status.update(&source.shard.instance, |s| {
+        s.file = source.shard.file.clone();
+        let st = s.stream(table);
+        st.exported_through = through;
+        st.newest_id = newest;
+        st.lag_rows = (newest - through).max(0) as u64;
+        st.lag_seconds = oldest.map_or(0.0, |t| (now - t).max(0) as f64 / 1e9);
+        st.pending = None;
+    });
+    Ok(())
+}
+
+/// The batch's body, sent (one insert).
+fn send(ctx: &mut Ctx, shard: &ShardSource, table: Table, rows: &Rows) -> Result<(), StepError> {
+    let body = rows.encode(ctx.format, &ctx.host, &shard.instance);
+    let ids = rows.ids();
+    let token = format!(
+        "{}:{}:{}:{}-{}:{}",
+        ctx.host,
+        shard.instance,
+        table.name(),
+        ids.first().copied().unwrap_or(0),
+        ids.last().copied().unwrap_or(0),
+        ids.len()
+    );
+    ctx.cluster.insert(table, ctx.format, &body, &token)?;
+    Ok(())
+}
+
+/// The cursor to `hi`, the intent gone; retention learns it.
+fn advance(ctx: &mut Ctx, shard: &ShardSource, table: Table, hi: i64) -> Result<(), StepError> {
+    ctx.state.advance(&shard.instance, table, &shard.file, hi)?;
+    let mut floor = ctx.floors.get(&shard.path);
+    match table {
+        Table::Events => floor.events = floor.events.max(hi),
+        Table::Gaps => floor.gaps = floor.gaps.max(hi),
+    }
+    ctx.floors.set(&shard.path, floor);
+    Ok(())
+}
+
+/// Makes sure every row of `lo..=hi` still in the shard is in the cluster,
+/// sending only those that are not, then moves the cursor to `hi`.
+fn settle(
+    ctx: &mut Ctx,
+    source: &mut Source,
+    table: Table,
+    lo: i64,
+    hi: i64,
+) -> Result<(), StepError> {
+    let shard = &source.shard;
+    let mut rows = shard.between(table, lo, hi)?;
+    let Some(times) = rows.time_range() else {
+        // Nothing left of the range (retention deleted it, counted).
+        return advance(ctx, shard, table, hi);
+    };
+    let present: BTreeSet<i64> =
+        ctx.cluster
+            .present(table, &ctx.host, &shard.instance, (lo, hi), times)?;
+    let had = rows.len();
+    rows.retain(|id| !present.contains(&id));
+    if rows.is_empty() {
+        tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
+            "export: a batch whose send was not confirmed is in the cluster: not resent");
+    } else {
+        tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
+            missing = rows.len(), of = had, "export: resending the rows the cluster does not hold");
+        send(ctx, shard, table, &rows)?;
+    }
+    advance(ctx, shard, table, hi)?;
+    let resent = rows.len() as u64;
+    ctx.status.update(&shard.instance, |s| {
+        let st = s.stream(table);
+        st.pending = None;
+        if resent == 0 {
+            st.batches_deduplicated += 1;
+        } else {
+            st.batches_resent += 1;
+            st.rows_resent += resent;
+        }
+    });
+    Ok(())
+}
+
+/// Before the first batch of a run: settles whatever of this file the
+/// cluster holds above the cursor (a batch sent under an intent the state
+/// database no longer has).
+fn reconcile(
+    ctx: &mut Ctx,
+    source: &mut Source,
+    table: Table,
+    through: i64,
+) -> Result<(), StepError> {
+    let Some(since) = source
+        .shard
+        .first_time_after(table, through, BATCH_ROWS_MAX)?
+    else {
+        return Ok(());
+    };
+    let instance = source.shard.instance.clone();
+    if let Some(highest) = ctx
+        .cluster
+        .highest_after(table, &ctx.host, &instance, through, since)?
+    {
+        tracing::warn!(shard = %source.shard.path.display(), table = table.name(), through, highest,
+            "export: the cluster holds rows past the recorded cursor; checking them");
+        settle(ctx, source, table, through + 1, highest)?;
+    }
+    Ok(())
+}
+
+/// Where a path's file name is shown.
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_always_has_the_same_worker_and_all_workers_get_some() {
+        let ids: Vec<String> = (0..64).map(|i| format!("{:016x}", i * 7919)).collect();
+        for count in 1..=4 {
+            let owners: BTreeSet<usize> = ids.iter().map(|i| owner(i, count)).collect();
+            assert_eq!(owners.len(), count);
+            assert!(ids.iter().all(|i| owner(i, count) == owner(i, count)));
+        }
+    }
+}
