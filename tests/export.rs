@@ -1,0 +1,926 @@
+//! The export stage against a real ClickHouse cluster: Debian's
+//! `clickhouse-server` 18.16 as 2 shards × 2 replicas with a private
+//! ZooKeeper (tests/common/cluster.rs), and real `eventd` processes with
+//! different `HostName`s exporting into it.
+//!
+//! Every test ends the same way: once each host's store is exported, the
+//! cluster holds exactly that host's events and gaps, on every replica of
+//! the shard the host hashes to: the same multiset of (ring_epoch, cpu,
+//! seq) as the local shards, so zero duplicates and zero missing.
+//!
+//! Skipped (with the `apt-get install` line) where ClickHouse or ZooKeeper
+//! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets
+//! it). The tests of this file run one at a time: each starts its own
+//! cluster of four servers, and two cores hold one such cluster well.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use cluster::{wait_until as wait_for, Cluster, Options};
+use common::{config, read, Eventd, EVENTCTL};
+use rand::Rng;
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One cluster at a time (see the module docs).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The HTTP timeout the exporters get: short, so that faults are noticed
+/// within the test's patience, and shorter than the ZooKeeper outage.
+const EXPORT_TIMEOUT_MS: &str = "2000";
+
+/// The cluster, or None (and why) when this machine cannot run one.
+fn cluster(opts: Options) -> Option<Cluster> {
+    if let Err(why) = Cluster::available() {
+        if std::env::var("EVENTD_REQUIRE_CLICKHOUSE").is_ok_and(|v| v == "1") {
+            panic!("EVENTD_REQUIRE_CLICKHOUSE=1 but {why}");
+        }
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(Cluster::start(2, 2, opts))
+}
+
+/// `eventctl export init` into `db`, through one server.
+fn init_schema(c: &Cluster, db: &str) {
+    let out = Command::new(EVENTCTL)
+        .args(["export", "init", "--url", &c.url(1, 1), "--database", db])
+        .args(["--cluster", c.name()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "export init: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A host name that `cityHash64(host)` sends to `shard` (numbered from 1),
+/// asked of the cluster itself.
+fn host_on_shard(c: &Cluster, shard: usize, prefix: &str) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|h| {
+            let sql = format!("SELECT cityHash64('{h}') % {}", c.shards());
+            c.query(&c.url(1, 1), &sql).trim() == (shard - 1).to_string()
+        })
+        .expect("some name hashes to every shard")
+}
+
+/// One eventd with its own data directory, configuration and host name.
+struct Host {
+    name: String,
+    data: PathBuf,
+    cfg: PathBuf,
+    eventd: Option<Eventd>,
+}
+
+impl Host {
+    fn new(root: &Path, name: &str, url: &str, db: &str, batch_rows: u64) -> Host {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = config(
+            &dir,
+            &format!(
+                "HostName = \"{name}\"\nExportUrl = \"{url}\"\nExportDatabase = \"{db}\"\n\
+                 ExportBatchRows = {batch_rows}\nRingBytes = 65536\nStorageShards = 2\n\
+                 SyslogSocket = \"\"\nSyslogStreamSocket = \"\"\n"
+            ),
+        );
+        Host {
+            name: name.to_string(),
+            data: dir.join("data"),
+            cfg,
+            eventd: None,
+        }
+    }
+
+    fn start(&mut self) {
+        assert!(self.eventd.is_none());
+        self.eventd = Some(Eventd::start_with(
+            &self.data,
+            Some(&self.cfg),
+            &["--export-timeout-ms", EXPORT_TIMEOUT_MS],
+        ));
+    }
+
+    fn pid(&self) -> i32 {
+        self.eventd.as_ref().expect("running").child.id() as i32
+    }
+
+    fn kill9(&mut self) {
+        self.eventd.take().expect("running").kill();
+    }
+
+    fn stop(&mut self) {
+        self.eventd.take().expect("running").stop();
+    }
+
+    fn log(&self) -> String {
+        self.eventd
+            .as_ref()
+            .map(|e| read(&e.log))
+            .unwrap_or_default()
+    }
+
+    /// `eventctl export status --output json`, or None while it fails
+    /// (eventd restarting).
+    fn status(&self) -> Option<serde_json::Value> {
+        let out = Command::new(EVENTCTL)
+            .arg("--data-dir")
+            .arg(&self.data)
+            .args(["export", "status", "--output", "json"])
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        serde_json::from_slice(&out.stdout).ok()
+    }
+}
+
+fn pin(cmd: &mut Command, cpu: usize) -> &mut Command {
+    // SAFETY: only sched_setaffinity on the child itself, between fork and
+    // exec; the CPU set lives on the closure's stack.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// `n` events emitted on `cpu` of the host at `data` by one `eventctl emit
+/// --stdin`. Emits into a lapping ring may fail; whatever was stored is
+/// what the checks compare, so the outcome is returned, not asserted.
+fn emit(data: &Path, cpu: usize, tag: &str, n: usize) -> Output {
+    let mut child = pin(&mut Command::new(EVENTCTL), cpu)
+        .arg("--data-dir")
+        .arg(data)
+        .args([
+            "emit",
+            "--provider",
+            "export",
+            "--level",
+            "notice",
+            "--stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 0..n {
+        writeln!(stdin, "{tag} event {i:06} with some words to fill the ring").unwrap();
+    }
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill with the pid of a child of this test that is not reaped.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// A ring lapped on purpose: eventd stopped while 4000 events go into a
+/// 64 KiB ring, so the drain finds most of them overwritten (gaps).
+fn lap(pid: i32, data: &Path, cpu: usize, tag: &str) {
+    signal(pid, libc::SIGSTOP);
+    emit(data, cpu, tag, 4000);
+    signal(pid, libc::SIGCONT);
+}
+
+type Key = (i64, i64, i64);
+type GapKey = (i64, i64, i64, i64, i64, String);
+
+/// What a host's shard files hold: event keys and gaps, sorted.
+fn local(data: &Path) -> (Vec<Key>, Vec<GapKey>) {
+    let mut events = Vec::new();
+    let mut gaps = Vec::new();
+    for (_, conn) in common::shards(data) {
+        let mut s = conn
+            .prepare("SELECT ring_epoch, cpu, seq FROM events")
+            .unwrap();
+        let rows = s
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap();
+        events.extend(rows.map(Result::unwrap));
+        let mut s = conn
+            .prepare("SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason FROM gaps")
+            .unwrap();
+        let rows = s
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            })
+            .unwrap();
+        gaps.extend(rows.map(Result::unwrap));
+    }
+    events.sort();
+    gaps.sort();
+    (events, gaps)
+}
+
+/// Newest id of events and of gaps per shard file name.
+fn newest_ids(data: &Path) -> BTreeMap<String, (i64, i64)> {
+    common::shards(data)
+        .into_iter()
+        .map(|(path, conn)| {
+            let max = |table: &str| -> i64 {
+                conn.query_row(
+                    &format!("SELECT ifnull(max(id), 0) FROM {table}"),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+            };
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, (max("events"), max("gaps")))
+        })
+        .collect()
+}
+
+/// Whether the status says every row of every shard file, up to `newest`,
+/// is in the cluster.
+fn exported(status: &serde_json::Value, newest: &BTreeMap<String, (i64, i64)>) -> bool {
+    let Some(shards) = status["shards"].as_array() else {
+        return false;
+    };
+    newest.iter().all(|(file, &(events, gaps))| {
+        shards.iter().any(|s| {
+            let through = |t: &str| s[t]["exported_through"].as_i64().unwrap_or(-1);
+            s["file"]
+                .as_str()
+                .is_some_and(|f| f == file || f.ends_with(&format!("/{file}")))
+                && through("events") >= events
+                && through("gaps") >= gaps
+                && s["events"].get("pending").is_none()
+                && s["gaps"].get("pending").is_none()
+        })
+    })
+}
+
+/// Waits until the host's store is still (its emitters are done and the
+/// drains have caught up) and the exporter reports all of it sent.
+fn wait_exported(host: &Host, within: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + within;
+    let mut last = None;
+    let mut previous = BTreeMap::new();
+    loop {
+        let newest = newest_ids(&host.data);
+        if let Some(status) = host.status() {
+            if newest == previous && exported(&status, &newest) {
+                return status;
+            }
+            last = Some(status);
+        }
+        previous = newest;
+        assert!(
+            Instant::now() < deadline,
+            "{}: not exported within {within:?}; store {previous:?}; status {}\nlog:\n{}",
+            host.name,
+            last.map(|s| s.to_string()).unwrap_or_default(),
+            host.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// TabSeparated rows of one server's answer, parsed by `f`.
+fn rows<T>(c: &Cluster, url: &str, sql: &str, f: impl Fn(&[&str]) -> T) -> Vec<T> {
+    c.query(url, &format!("{sql} FORMAT TabSeparated"))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| f(&l.split('\t').collect::<Vec<_>>()))
+        .collect()
+}
+
+fn num(s: &str) -> i64 {
+    s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+/// What the cluster holds of `host`: every replica of every shard, read
+/// from the local tables (no Distributed table in between).
+fn remote(c: &Cluster, db: &str, host: &str) -> Vec<Vec<(Vec<Key>, Vec<GapKey>)>> {
+    (1..=c.shards())
+        .map(|s| {
+            (1..=c.replicas())
+                .map(|r| {
+                    let url = c.url(s, r);
+                    let mut events = rows(
+                        c,
+                        &url,
+                        &format!(
+                            "SELECT ring_epoch, cpu, seq FROM {db}.events_local WHERE host = '{host}'"
+                        ),
+                        |f| (num(f[0]), num(f[1]), num(f[2])),
+                    );
+                    let mut gaps = rows(
+                        c,
+                        &url,
+                        &format!(
+                            "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason \
+                             FROM {db}.gaps_local WHERE host = '{host}'"
+                        ),
+                        |f| {
+                            (
+                                num(f[0]),
+                                num(f[1]),
+                                num(f[2]),
+                                num(f[3]),
+                                num(f[4]),
+                                f[5].to_string(),
+                            )
+                        },
+                    );
+                    events.sort();
+                    gaps.sort();
+                    (events, gaps)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// How two sorted multisets differ: (only in `want`, only in `have`).
+fn diff<T: Ord + Clone>(want: &[T], have: &[T]) -> (Vec<T>, Vec<T>) {
+    let (mut missing, mut extra) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < want.len() || j < have.len() {
+        match (want.get(i), have.get(j)) {
+            (Some(a), Some(b)) if a == b => {
+                i += 1;
+                j += 1;
+            }
+            (Some(a), Some(b)) if a < b => {
+                missing.push(a.clone());
+                i += 1;
+            }
+            (Some(a), None) => {
+                missing.push(a.clone());
+                i += 1;
+            }
+            (_, Some(b)) => {
+                extra.push(b.clone());
+                j += 1;
+            }
+            (None, None) => unreachable!("the loop condition"),
+        }
+    }
+    (missing, extra)
+}
+
+/// The check every test ends with; returns (events, gaps) of the host.
+fn assert_exactly_once(c: &Cluster, db: &str, host: &Host) -> (usize, usize) {
+    let (events, gaps) = local(&host.data);
+    // Replication is asynchronous: wait until every replica of every shard
+    // holds as much as the host has, then compare exactly.
+    let mut seen = remote(c, db, &host.name);
+    let settled = wait_for(Duration::from_secs(60), || {
+        seen = remote(c, db, &host.name);
+        seen.iter()
+            .all(|shard| shard.iter().all(|r| r == &shard[0]))
+            && seen.iter().map(|s| s[0].0.len()).sum::<usize>() >= events.len()
+            && seen.iter().map(|s| s[0].1.len()).sum::<usize>() >= gaps.len()
+    });
+    for (s, shard) in seen.iter().enumerate() {
+        for (r, replica) in shard.iter().enumerate() {
+            eprintln!(
+                "{}: shard {} replica {} holds {} events, {} gaps",
+                host.name,
+                s + 1,
+                r + 1,
+                replica.0.len(),
+                replica.1.len()
+            );
+        }
+    }
+    // Each host hashes to one shard: the others hold nothing of it.
+    let holding: Vec<usize> = (0..seen.len())
+        .filter(|&s| !seen[s][0].0.is_empty() || !seen[s][0].1.is_empty())
+        .collect();
+    let want = usize::from(!events.is_empty() || !gaps.is_empty());
+    assert_eq!(
+        holding.len(),
+        want,
+        "{}: rows on shards {holding:?} (indexes from 0)",
+        host.name
+    );
+    for (s, shard) in seen.iter().enumerate() {
+        for (r, (have_events, have_gaps)) in shard.iter().enumerate() {
+            let (want_events, want_gaps) = if holding.first() == Some(&s) {
+                (&events[..], &gaps[..])
+            } else {
+                (&[][..], &[][..])
+            };
+            let (missing, extra) = diff(want_events, have_events);
+            assert!(
+                missing.is_empty() && extra.is_empty(),
+                "{}: shard {} replica {} misses {} events (first {:?}) and has {} extra or \
+                 duplicated (first {:?}); settled {settled}",
+                host.name,
+                s + 1,
+                r + 1,
+                missing.len(),
+                missing.first(),
+                extra.len(),
+                extra.first()
+            );
+            let (missing, extra) = diff(want_gaps, have_gaps);
+            assert!(
+                missing.is_empty() && extra.is_empty(),
+                "{}: gaps missing {missing:?}, extra {extra:?}",
+                host.name
+            );
+        }
+    }
+    // The same through the Distributed table, as operators ask it.
+    let sql = format!(
+        "SELECT count(), uniqExact(ring_epoch, cpu, seq) FROM {db}.events WHERE host = '{}'",
+        host.name
+    );
+    let counts = rows(c, &c.url(2, 2), &sql, |f| (num(f[0]), num(f[1])));
+    assert_eq!(
+        counts,
+        vec![(events.len() as i64, events.len() as i64)],
+        "{}: count and distinct keys",
+        host.name
+    );
+    (events.len(), gaps.len())
+}
+
+fn sum_status(status: &serde_json::Value, field: &str) -> u64 {
+    status["shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| s["events"][field].as_u64().unwrap_or(0) + s["gaps"][field].as_u64().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn fleet_of_four_hosts_exports_exactly_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "fleet";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let urls = c.urls();
+    let mut hosts: Vec<Host> = (0..4)
+        .map(|i| {
+            Host::new(
+                dir.path(),
+                &format!("fleet-{i}"),
+                &urls[i % urls.len()],
+                db,
+                700,
+            )
+        })
+        .collect();
+    for h in &mut hosts {
+        h.start();
+    }
+    // All four emit at once, three rounds each; hosts 0 and 1 also lap a
+    // ring in every round, so gaps are exported beside events.
+    let threads: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let (data, pid) = (h.data.clone(), h.pid());
+            std::thread::spawn(move || {
+                for round in 0..3 {
+                    emit(&data, i % 2, &format!("h{i}r{round}"), 1500);
+                    if i < 2 {
+                        lap(pid, &data, (i + round) % 2, &format!("lap{i}r{round}"));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut total_gaps = 0;
+    for h in &hosts {
+        wait_exported(h, Duration::from_secs(120));
+        let (events, gaps) = assert_exactly_once(&c, db, h);
+        // A lap may also overwrite events the drain had not read yet.
+        assert!(events >= 1500, "{}: only {events} events stored", h.name);
+        total_gaps += gaps;
+    }
+    assert!(total_gaps > 0, "the lapped rings left no gap");
+
+    // The fleet query answers for each host what its own store holds.
+    for h in &hosts {
+        let out = Command::new(EVENTCTL)
+            .args(["query", "--cluster", &urls[3], "--database", db])
+            .args(["--host", &h.name, "--output", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (mut events, mut gaps) = (0, 0);
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            if v.get("gap").is_some() {
+                assert_eq!(v["host"], h.name.as_str());
+                gaps += 1;
+            } else if v.get("seq").is_some() {
+                assert_eq!(v["host"], h.name.as_str(), "{line}");
+                events += 1;
+            }
+        }
+        let (want_events, want_gaps) = local(&h.data);
+        assert_eq!(events, want_events.len(), "{}: fleet query events", h.name);
+        assert_eq!(gaps, want_gaps.len(), "{}: fleet query gaps", h.name);
+    }
+    for h in &mut hosts {
+        h.stop();
+    }
+}
+
+#[test]
+fn eventd_killed_at_random_moments_during_export() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "killed";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    // Small batches: many intents recorded, sent and advanced per second,
+    // so the kills land between every pair of steps.
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| Host::new(dir.path(), &format!("killed-{i}"), &c.url(1 + i, 1), db, 97))
+        .collect();
+    for h in &mut hosts {
+        h.start();
+    }
+    let mut rng = rand::rng();
+    const KILLS: usize = 12;
+    for k in 0..KILLS {
+        let h = &mut hosts[k % 2];
+        let data = h.data.clone();
+        let emitter = std::thread::spawn(move || emit(&data, k % 2, &format!("k{k}"), 2500));
+        std::thread::sleep(Duration::from_millis(rng.random_range(100..1500)));
+        h.kill9();
+        emitter.join().unwrap();
+        h.start();
+    }
+    for h in &hosts {
+        let status = wait_exported(h, Duration::from_secs(180));
+        let (events, _) = assert_exactly_once(&c, db, h);
+        eprintln!(
+            "{}: {events} events; since the last start: sent {}, found landed {}, resent {}",
+            h.name,
+            sum_status(&status, "batches_sent"),
+            sum_status(&status, "batches_deduplicated"),
+            sum_status(&status, "batches_resent")
+        );
+        assert!(
+            events >= 2500 * KILLS / 2 / 2,
+            "{}: {events} events",
+            h.name
+        );
+    }
+    for h in &mut hosts {
+        h.stop();
+    }
+}
+
+#[test]
+fn replica_killed_and_restarted() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "replica";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    // The host's rows go to shard 1; it talks to a server of shard 2.
+    let name = host_on_shard(&c, 1, "replica-");
+    let mut host = Host::new(dir.path(), &name, &c.url(2, 1), db, 500);
+    host.start();
+    emit(&host.data, 0, "before", 2000);
+    wait_exported(&host, Duration::from_secs(60));
+    let data = host.data.clone();
+    let emitter = std::thread::spawn(move || {
+        for round in 0..6 {
+            emit(&data, round % 2, &format!("during{round}"), 1000);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    c.kill(1, 1);
+    std::thread::sleep(Duration::from_secs(4));
+    c.restart(1, 1);
+    emitter.join().unwrap();
+    emit(&host.data, 1, "after", 1000);
+    assert!(c.wait_all_writable(Duration::from_secs(60)));
+    wait_exported(&host, Duration::from_secs(120));
+    let (events, _) = assert_exactly_once(&c, db, &host);
+    assert!(events > 1000, "{events} events");
+    host.stop();
+}
+
+#[test]
+fn zookeeper_stopped_longer_than_the_http_timeout() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "zk";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| Host::new(dir.path(), &format!("zk-{i}"), &c.url(1 + i, 2), db, 300))
+        .collect();
+    for h in &mut hosts {
+        h.start();
+        emit(&h.data, 0, "before", 1000);
+    }
+    c.stop_zookeeper();
+    // Four times the exporters' HTTP timeout without ZooKeeper, emitting.
+    let timeout = Duration::from_millis(EXPORT_TIMEOUT_MS.parse().unwrap());
+    let outage = Instant::now();
+    for (i, h) in hosts.iter().enumerate() {
+        emit(&h.data, 1, &format!("outage{i}"), 1500);
+    }
+    let failing = wait_for(Duration::from_secs(30), || {
+        hosts.iter().all(|h| {
+            h.status()
+                .and_then(|s| s["shards"].as_array().cloned())
+                .is_some_and(|s| s.iter().any(|s| s["failures"].as_u64() > Some(0)))
+        })
+    });
+    assert!(failing, "the exporters did not notice ZooKeeper was gone");
+    if let Some(rest) = (4 * timeout).checked_sub(outage.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    c.start_zookeeper();
+    for (i, h) in hosts.iter().enumerate() {
+        emit(&h.data, 0, &format!("after{i}"), 1000);
+    }
+    assert!(c.wait_all_writable(Duration::from_secs(90)));
+    for h in &hosts {
+        wait_exported(h, Duration::from_secs(120));
+        let (events, _) = assert_exactly_once(&c, db, h);
+        assert!(events > 1000, "{}: {events} events", h.name);
+    }
+    for h in &mut hosts {
+        h.stop();
+    }
+}
+
+#[test]
+fn clickhouse_server_stopped_then_continued() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let opts = Options {
+        remote_timeout: Some(Duration::from_secs(3)),
+        ..Options::default()
+    };
+    let Some(mut c) = cluster(opts) else {
+        return;
+    };
+    let db = "stopped";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let name = host_on_shard(&c, 1, "stopped-");
+    // It talks to s1r1 and its rows belong to shard 1.
+    let mut host = Host::new(dir.path(), &name, &c.url(1, 1), db, 400);
+    host.start();
+    emit(&host.data, 0, "before", 1000);
+    // First the server the exporter talks to, then the other replica of
+    // its shard, each stopped for three times the HTTP timeout while
+    // events keep coming.
+    for (s, r) in [(1, 1), (1, 2)] {
+        c.sigstop(s, r);
+        let stopped = Instant::now();
+        emit(&host.data, r % 2, &format!("stopped{r}"), 1500);
+        let timeout = Duration::from_millis(EXPORT_TIMEOUT_MS.parse().unwrap());
+        if let Some(rest) = (3 * timeout).checked_sub(stopped.elapsed()) {
+            std::thread::sleep(rest);
+        }
+        c.sigcont(s, r);
+        emit(&host.data, 0, &format!("continued{r}"), 500);
+    }
+    assert!(c.wait_all_writable(Duration::from_secs(60)));
+    wait_exported(&host, Duration::from_secs(120));
+    let (events, _) = assert_exactly_once(&c, db, &host);
+    assert!(events > 1000, "{events} events");
+    host.stop();
+}
+
+/// A TCP relay in front of one server that can lose the answer to one
+/// insert: it lets the request through, reads the server's answer (so the
+/// block has landed) and closes the connection instead of passing it on;
+/// from then on it refuses everything until `pass` is called. A network
+/// that fails at the worst moment, no stand-in for ClickHouse.
+struct CutRelay {
+    port: u16,
+    /// 0 pass, 1 cut the next insert's answer, 2 refuse.
+    mode: Arc<AtomicU8>,
+    /// The server answered the cut insert with 200.
+    landed: Arc<AtomicBool>,
+}
+
+impl CutRelay {
+    const PASS: u8 = 0;
+    const CUT: u8 = 1;
+    const REFUSE: u8 = 2;
+
+    fn start(upstream_port: u16) -> CutRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicU8::new(Self::PASS));
+        let landed = Arc::new(AtomicBool::new(false));
+        let (m, l) = (mode.clone(), landed.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if m.load(Ordering::SeqCst) == Self::REFUSE {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
+                    continue;
+                };
+                let (m, l) = (m.clone(), l.clone());
+                std::thread::spawn(move || Self::relay(client, server, m, l));
+            }
+        });
+        CutRelay { port, mode, landed }
+    }
+
+    fn relay(client: TcpStream, server: TcpStream, mode: Arc<AtomicU8>, landed: Arc<AtomicBool>) {
+        let cut = Arc::new(AtomicBool::new(false));
+        let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+        let (m, cut_up) = (mode.clone(), cut.clone());
+        // Client to server; marks the connection when the insert to cut
+        // goes through it.
+        let up = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match c_in.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let chunk = &buf[..n];
+                if m.load(Ordering::SeqCst) == Self::REFUSE && !cut_up.load(Ordering::SeqCst) {
+                    break;
+                }
+                if m.load(Ordering::SeqCst) == Self::CUT
+                    && chunk.starts_with(b"POST")
+                    && String::from_utf8_lossy(chunk).contains("query=INSERT")
+                {
+                    cut_up.store(true, Ordering::SeqCst);
+                    m.store(Self::REFUSE, Ordering::SeqCst);
+                }
+                if s_out.write_all(chunk).is_err() {
+                    break;
+                }
+            }
+            let _ = s_out.shutdown(Shutdown::Write);
+        });
+        let (mut s_in, mut c_out) = (server, client);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut answer = Vec::new();
+        loop {
+            let n = match s_in.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if cut.load(Ordering::SeqCst) {
+                // The cut insert's answer: keep it from the client.
+                answer.extend_from_slice(&buf[..n]);
+                if answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                    if answer.starts_with(b"HTTP/1.1 200") {
+                        landed.store(true, Ordering::SeqCst);
+                    }
+                    break;
+                }
+                continue;
+            }
+            if mode.load(Ordering::SeqCst) == Self::REFUSE || c_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = c_out.shutdown(Shutdown::Both);
+        let _ = s_in.shutdown(Shutdown::Both);
+        let _ = up.join();
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+}
+
+/// The answer to an insert is lost after the block landed, and the retry
+/// comes after other hosts' inserts have pushed that block out of the
+/// deduplication window (3 blocks here): ClickHouse would take the resend
+/// as new rows. The exporter must find the rows already there instead.
+#[test]
+fn retry_outside_the_deduplication_window_does_not_duplicate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let opts = Options {
+        dedup_window: Some(3),
+        cleanup_delay_period: Some(1),
+        ..Options::default()
+    };
+    let Some(c) = cluster(opts) else {
+        return;
+    };
+    let db = "window";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let relay = CutRelay::start(url_port(&c.url(1, 1)));
+    let (a_name, b_name) = (host_on_shard(&c, 1, "cut-"), host_on_shard(&c, 1, "busy-"));
+    let mut a = Host::new(dir.path(), &a_name, &relay.url(), db, 100_000);
+    let mut b = Host::new(dir.path(), &b_name, &c.url(1, 2), db, 50);
+    a.start();
+    b.start();
+    emit(&a.data, 0, "first", 500);
+    wait_exported(&a, Duration::from_secs(60));
+
+    // One batch of A lands and A never hears of it.
+    relay.set(CutRelay::CUT);
+    emit(&a.data, 1, "cut", 500);
+    assert!(
+        wait_for(Duration::from_secs(30), || relay
+            .landed
+            .load(Ordering::SeqCst)),
+        "no insert went through the relay:\n{}",
+        a.log()
+    );
+    // Meanwhile B inserts into the same shard's tables, far more blocks
+    // than the window keeps, and the cleanup forgets the old ones.
+    emit(&b.data, 0, "busy", 1500);
+    wait_exported(&b, Duration::from_secs(60));
+    let blocks_path = format!("/clickhouse/tables/1/{db}/events/blocks");
+    let forgot = wait_for(Duration::from_secs(30), || {
+        let kept = c.count(
+            &c.url(1, 1),
+            &format!("SELECT count() FROM system.zookeeper WHERE path = '{blocks_path}'"),
+        );
+        kept <= 3
+    });
+    assert!(
+        forgot,
+        "the cleanup did not trim the block ids to the window"
+    );
+    let status_before = a.status().unwrap();
+    assert_eq!(
+        sum_status(&status_before, "batches_deduplicated"),
+        0,
+        "{status_before}"
+    );
+
+    relay.set(CutRelay::PASS);
+    let status = wait_exported(&a, Duration::from_secs(90));
+    assert!(
+        sum_status(&status, "batches_deduplicated") >= 1,
+        "the lost answer's batch was not settled as landed: {status}"
+    );
+    assert_eq!(sum_status(&status, "rows_resent"), 0, "{status}");
+    assert_exactly_once(&c, db, &a);
+    assert_exactly_once(&c, db, &b);
+    a.stop();
+    b.stop();
+}
+
+fn url_port(url: &str) -> u16 {
+    url.trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("http://127.0.0.1:PORT/")
+}
