@@ -82,6 +82,8 @@ struct Host {
     data: PathBuf,
     cfg: PathBuf,
     eventd: Option<Eventd>,
+    /// The log of every start, oldest first.
+    logs: Vec<PathBuf>,
 }
 
 impl Host {
@@ -101,16 +103,27 @@ impl Host {
             data: dir.join("data"),
             cfg,
             eventd: None,
+            logs: Vec::new(),
         }
     }
 
     fn start(&mut self) {
         assert!(self.eventd.is_none());
-        self.eventd = Some(Eventd::start_with(
+        let eventd = Eventd::start_with(
             &self.data,
             Some(&self.cfg),
             &["--export-timeout-ms", EXPORT_TIMEOUT_MS],
-        ));
+        );
+        self.logs.push(eventd.log.clone());
+        self.eventd = Some(eventd);
+    }
+
+    /// Lines of every start's log that contain `text`.
+    fn logged(&self, text: &str) -> usize {
+        self.logs
+            .iter()
+            .map(|l| read(l).lines().filter(|line| line.contains(text)).count())
+            .sum()
     }
 
     fn pid(&self) -> i32 {
@@ -592,22 +605,28 @@ fn eventd_killed_at_random_moments_during_export() {
         emitter.join().unwrap();
         h.start();
     }
+    let mut settled = 0;
     for h in &hosts {
         let status = wait_exported(h, Duration::from_secs(180));
         let (events, _) = assert_exactly_once(&c, db, h);
+        // What the restarts found: a batch whose send a kill cut short,
+        // found landed or sent again (its missing rows only).
+        let (landed, resent) = (
+            h.logged("is in the cluster: not resent"),
+            h.logged("resending the rows the cluster does not hold"),
+        );
         eprintln!(
-            "{}: {events} events; since the last start: sent {}, found landed {}, resent {}",
+            "{}: {events} events; after the kills {landed} batches were found landed and \
+             {resent} sent again; since the last start: sent {}",
             h.name,
             sum_status(&status, "batches_sent"),
-            sum_status(&status, "batches_deduplicated"),
-            sum_status(&status, "batches_resent")
         );
-        assert!(
-            events >= 2500 * KILLS / 2 / 2,
-            "{}: {events} events",
-            h.name
-        );
+        settled += landed + resent;
+        assert!(events > 1000, "{}: {events} events", h.name);
     }
+    // Twelve kills in the middle of a steady export of small batches: some
+    // of them cut a batch between its intent and its cursor.
+    assert!(settled > 0, "no kill interrupted a batch");
     for h in &mut hosts {
         h.stop();
     }

@@ -32,6 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `packaging/clickhouse/cluster.xml`: each server's cluster settings.
+const CLUSTER_XML: &str = include_str!("../../packaging/clickhouse/cluster.xml");
+
 /// The Debian packages that bring everything this module runs.
 pub const APT_INSTALL: &str = "apt-get install -y clickhouse-server zookeeper";
 
@@ -831,19 +834,6 @@ impl Cluster {
   <uncompressed_cache_size>134217728</uncompressed_cache_size>
   <max_concurrent_queries>100</max_concurrent_queries>
   <mlock_executable>false</mlock_executable>
-  <zookeeper>
-    <node><host>127.0.0.1</host><port>{zk}</port></node>
-    <session_timeout_ms>{session}</session_timeout_ms>
-  </zookeeper>
-  <macros>
-    <shard>{shard}</shard>
-    <replica>{name}</replica>
-  </macros>
-  <remote_servers>
-    <{cluster}>
-{shards_xml}    </{cluster}>
-  </remote_servers>
-  <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
   <merge_tree>{merge_tree}</merge_tree>
 </yandex>
 "#,
@@ -859,12 +849,27 @@ impl Cluster {
             user_files = p("user_files"),
             schemas = p("format_schemas"),
             users = d.join("users.xml").display(),
-            zk = self.zk_port,
-            session = self.opts.zk_session_timeout.as_millis(),
-            shard = node.shard,
-            cluster = self.opts.cluster_name,
         );
         std::fs::write(d.join("config.xml"), config)?;
+        // The cluster's part: the file eventd ships, filled in.
+        std::fs::create_dir_all(d.join("config.d"))?;
+        let cluster = CLUSTER_XML
+            .replace(
+                "${ZOOKEEPER_NODES}",
+                &format!(
+                    "<node><host>127.0.0.1</host><port>{}</port></node>",
+                    self.zk_port
+                ),
+            )
+            .replace(
+                "${SESSION_TIMEOUT_MS}",
+                &self.opts.zk_session_timeout.as_millis().to_string(),
+            )
+            .replace("${SHARD}", &node.shard.to_string())
+            .replace("${REPLICA}", &node.name())
+            .replace("${CLUSTER}", &self.opts.cluster_name)
+            .replace("${SHARDS}", shards_xml.trim_end());
+        std::fs::write(d.join("config.d/cluster.xml"), cluster)?;
         let profile = match self.opts.remote_timeout {
             Some(t) => format!(
                 "<receive_timeout>{s}</receive_timeout><send_timeout>{s}</send_timeout>",
