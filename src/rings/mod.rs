@@ -11,6 +11,8 @@
 #[cfg(not(loom))]
 pub mod attach;
 #[cfg(not(loom))]
+pub mod client;
+#[cfg(not(loom))]
 pub mod drops;
 pub mod event;
 pub mod format;

@@ -1,0 +1,255 @@
+//! libeventd: eventd's producer for C and C++ (`include/eventd.h`).
+//!
+//! ABI rules (also in the header): the handle is opaque and only ever
+//! behind a pointer; every argument and result is a C type (pointers to
+//! NUL-terminated UTF-8, `int`, `size_t`, `uint64_t`); no Rust panic
+//! crosses the boundary (each entry point catches it and returns
+//! `EVENTD_E_INTERNAL`); nothing is allocated for the caller to free
+//! except the handle, which `eventd_close` frees. Every function may be
+//! called from any thread at once, except `eventd_close`, which must be the
+//! last call on its handle.
+
+use eventd_core::rings::client::{Dropped, Fields, Producer};
+use eventd_core::rings::Level;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub const EVENTD_OK: c_int = 0;
+pub const EVENTD_E_INVALID: c_int = -1;
+pub const EVENTD_E_NO_RINGS: c_int = -2;
+pub const EVENTD_E_PERMISSION: c_int = -3;
+pub const EVENTD_E_TOO_LARGE: c_int = -4;
+pub const EVENTD_E_BUSY: c_int = -5;
+pub const EVENTD_E_FAILED: c_int = -6;
+pub const EVENTD_E_INTERNAL: c_int = -7;
+
+/// The opaque handle (`eventd_t` in C).
+pub struct Handle {
+    producer: Producer,
+}
+
+fn code(d: Dropped) -> c_int {
+    match d {
+        Dropped::NoRings => EVENTD_E_NO_RINGS,
+        Dropped::Permission => EVENTD_E_PERMISSION,
+        Dropped::TooLarge => EVENTD_E_TOO_LARGE,
+        Dropped::Busy => EVENTD_E_BUSY,
+        Dropped::Failed => EVENTD_E_FAILED,
+    }
+}
+
+/// `p` as a string: None for NULL, Err for text that is not UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays valid and
+/// unchanged for `'a`.
+unsafe fn text<'a>(p: *const c_char) -> Result<Option<&'a str>, c_int> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null, and NUL-terminated and live by the caller's promise.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map(Some).map_err(|_| EVENTD_E_INVALID)
+}
+
+/// Runs `f`, turning a panic into `EVENTD_E_INTERNAL`.
+fn guarded(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(EVENTD_E_INTERNAL)
+}
+
+/// Opens a producer. `kmes_dir` NULL: `$EVENTD_KMES_DIR`, else
+/// `$EVENTD_DATA_DIR/kmes`, else `./eventd-data/kmes`; `provider` NULL: the
+/// program's name. Succeeds whether or not the rings exist yet.
+///
+/// # Safety
+/// `kmes_dir` and `provider` are NULL or NUL-terminated strings; `out`
+/// points to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_open(
+    kmes_dir: *const c_char,
+    provider: *const c_char,
+    out: *mut *mut Handle,
+) -> c_int {
+    guarded(|| {
+        if out.is_null() {
+            return EVENTD_E_INVALID;
+        }
+        // SAFETY: the caller's promise on both strings.
+        let (dir, provider) = match unsafe { (text(kmes_dir), text(provider)) } {
+            (Ok(d), Ok(p)) => (d, p),
+            _ => return EVENTD_E_INVALID,
+        };
+        let dir = dir.map_or_else(Producer::default_dir, Into::into);
+        let provider = provider.map_or_else(Producer::program_name, str::to_string);
+        let handle = Box::new(Handle {
+            producer: Producer::new(dir, &provider),
+        });
+        // SAFETY: `out` is non-null and writable by the caller's promise.
+        unsafe { *out = Box::into_raw(handle) };
+        EVENTD_OK
+    })
+}
+
+/// Emits one event; `fields_json` is NULL, "" or a JSON object's text.
+///
+/// # Safety
+/// `handle` comes from `eventd_open` and is not closed; the strings are
+/// NULL (name, fields_json) or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_emit(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+    fields_json: *const c_char,
+) -> c_int {
+    guarded(|| {
+        // SAFETY: NULL or NUL-terminated by the caller's promise.
+        match unsafe { text(fields_json) } {
+            // SAFETY: the caller's promise on handle, name and message.
+            Ok(fields) => unsafe { emit_str(handle, level, name, message, fields.unwrap_or("")) },
+            Err(code) => code,
+        }
+    })
+}
+
+thread_local! {
+    static FIELDS: RefCell<Fields> = RefCell::new(Fields::default());
+}
+
+/// Emits one event with `n` string fields `keys[i]` = `values[i]`.
+///
+/// # Safety
+/// As `eventd_emit`; `keys` and `values` point to `n` NUL-terminated
+/// strings each (they may be NULL when `n` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn eventd_emit_kv(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+    n: usize,
+    keys: *const *const c_char,
+    values: *const *const c_char,
+) -> c_int {
+    guarded(|| {
+        if n > 0 && (keys.is_null() || values.is_null()) {
+            return EVENTD_E_INVALID;
+        }
+        let build = |fields: &mut Fields| -> Result<(), c_int> {
+            fields.clear();
+            for i in 0..n {
+                // SAFETY: i < n, and both arrays hold n pointers.
+                let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
+                // SAFETY: each is NUL-terminated by the caller's promise.
+                match unsafe { (text(k)?, text(v)?) } {
+                    (Some(k), Some(v)) => fields.str(k, v),
+                    _ => return Err(EVENTD_E_INVALID),
+                }
+            }
+            Ok(())
+        };
+        let emit = |fields: &mut Fields| -> c_int {
+            if let Err(code) = build(fields) {
+                return code;
+            }
+            let json = fields.finish();
+            // SAFETY: the caller's promise on handle, name and message.
+            unsafe { emit_str(handle, level, name, message, json) }
+        };
+        FIELDS
+            .try_with(|f| match f.try_borrow_mut() {
+                Ok(mut f) => emit(&mut f),
+                Err(_) => emit(&mut Fields::default()),
+            })
+            .unwrap_or_else(|_| emit(&mut Fields::default()))
+    })
+}
+
+/// `eventd_emit` with the fields as a Rust string.
+///
+/// # Safety
+/// As `eventd_emit` for `handle`, `name` and `message`.
+unsafe fn emit_str(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+    fields: &str,
+) -> c_int {
+    // SAFETY: a live handle by the caller's promise.
+    let Some(handle) = (unsafe { handle.as_ref() }) else {
+        return EVENTD_E_INVALID;
+    };
+    // SAFETY: the caller's promise on the strings.
+    let (name, message) = match unsafe { (text(name), text(message)) } {
+        (Ok(n), Ok(Some(m))) => (n.unwrap_or(""), m),
+        _ => return EVENTD_E_INVALID,
+    };
+    let Some(level) = u8::try_from(level).ok().and_then(Level::from_u8) else {
+        return EVENTD_E_INVALID;
+    };
+    match handle.producer.emit(level, name, message, fields) {
+        Ok(()) => EVENTD_OK,
+        Err(d) => code(d),
+    }
+}
+
+/// Events written into a ring through `handle`.
+///
+/// # Safety
+/// `handle` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_emitted(handle: *const Handle) -> u64 {
+    // SAFETY: NULL or live by the caller's promise.
+    unsafe { handle.as_ref() }.map_or(0, |h| h.producer.emitted())
+}
+
+/// Events dropped through `handle` (any error code other than
+/// `EVENTD_E_INVALID`).
+///
+/// # Safety
+/// `handle` is NULL or live.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_dropped(handle: *const Handle) -> u64 {
+    // SAFETY: NULL or live by the caller's promise.
+    unsafe { handle.as_ref() }.map_or(0, |h| h.producer.dropped())
+}
+
+/// Frees `handle` (NULL is ignored). No other call may use it after, nor
+/// run on it at the same time.
+///
+/// # Safety
+/// `handle` is NULL or from `eventd_open` and not closed yet.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_close(handle: *mut Handle) {
+    if handle.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: made by Box::into_raw in eventd_open and not freed yet.
+        drop(unsafe { Box::from_raw(handle) });
+    }));
+}
+
+/// A static, NUL-terminated description of an error code.
+#[no_mangle]
+pub extern "C" fn eventd_strerror(code: c_int) -> *const c_char {
+    let s: &'static CStr = match code {
+        EVENTD_OK => c"success",
+        EVENTD_E_INVALID => c"invalid argument (NULL, not UTF-8, or a level outside 0..7)",
+        EVENTD_E_NO_RINGS => {
+            c"eventd's ring directory or this CPU's ring does not exist; event dropped"
+        }
+        EVENTD_E_PERMISSION => {
+            c"this user may not open eventd's rings (ProducerGroup); event dropped"
+        }
+        EVENTD_E_TOO_LARGE => c"the event is larger than a ring record holds; event dropped",
+        EVENTD_E_BUSY => c"the ring was contended or replaced under the event; event dropped",
+        EVENTD_E_FAILED => c"the ring could not be written; event dropped",
+        EVENTD_E_INTERNAL => c"internal error in libeventd; event dropped",
+        _ => c"unknown eventd error code",
+    };
+    s.as_ptr()
+}

@@ -1,0 +1,334 @@
+//! The producer that client libraries build on (the `tracing` layer and
+//! `log` backend of `eventd-tracing`, `libeventd` for C, the Python
+//! handler): an [`Emitter`] that a program can hold from its first line,
+//! whether or not eventd has made its rings yet, and that never blocks,
+//! never panics and never fails the program.
+//!
+//! While the ring directory cannot be opened, events are dropped and
+//! counted; the directory is tried again at most once a second, and the
+//! first failure is said once on stderr (a client library has no other
+//! voice). Once open, an emit is [`Emitter::emit`]'s: the calling CPU's
+//! ring, lock-free. With eventd stopped the rings are still there and keep
+//! what is emitted for its next start (until they lap, which eventd counts
+//! as gaps); nothing here needs the daemon to run.
+
+mod fields;
+
+pub use fields::Fields;
+
+use super::{EmitError, Emitter, Event, Level, RingError};
+use crate::rings::attach::EmitRingError;
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// How often a directory that could not be opened is tried again.
+const RETRY_MS: u64 = 1000;
+
+/// The longest provider or name a ring takes, in bytes.
+pub const NAME_BYTES_MAX: usize = 255;
+
+/// Why one event was not written. Every one of them is also counted in
+/// [`Producer::dropped`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// The ring directory (or this CPU's ring) is not there: eventd has not
+    /// made it, or the path is wrong.
+    NoRings,
+    /// The ring directory or file may not be opened by this user (not in
+    /// eventd's ProducerGroup).
+    Permission,
+    /// The event is larger than a ring record can hold.
+    TooLarge,
+    /// The ring was contended, replaced or cut under the event.
+    Busy,
+    /// Anything else the ring said (a damaged ring file, an I/O error).
+    Failed,
+}
+
+impl Dropped {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Dropped::NoRings => "the ring directory or this CPU's ring does not exist",
+            Dropped::Permission => "this user may not open eventd's rings (ProducerGroup)",
+            Dropped::TooLarge => "the event is larger than a ring record holds",
+            Dropped::Busy => "the ring was contended or replaced under the event",
+            Dropped::Failed => "the ring could not be written",
+        }
+    }
+}
+
+/// A never-failing producer for one program (see the module docs).
+pub struct Producer {
+    dir: PathBuf,
+    provider: String,
+    emitter: OnceLock<Emitter>,
+    /// Serialises opening attempts (taken only until the rings are open).
+    opening: Mutex<()>,
+    /// `sync` clock ms before which no new attempt is made.
+    retry_at_ms: AtomicU64,
+    said: AtomicBool,
+    emitted: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Producer {
+    /// A producer for the rings in `dir` (eventd's `DATA_DIR/kmes`), naming
+    /// itself `provider` (cut to 255 bytes at a character boundary). Opens
+    /// nothing yet.
+    pub fn new(dir: impl Into<PathBuf>, provider: &str) -> Producer {
+        Producer {
+            dir: dir.into(),
+            provider: truncate(provider, NAME_BYTES_MAX).to_string(),
+            emitter: OnceLock::new(),
+            opening: Mutex::new(()),
+            retry_at_ms: AtomicU64::new(0),
+            said: AtomicBool::new(false),
+            emitted: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// The ring directory clients use when told nothing: `$EVENTD_KMES_DIR`,
+    /// else `$EVENTD_DATA_DIR/kmes`, else `./eventd-data/kmes` (eventd's
+    /// own default `--data-dir`).
+    pub fn default_dir() -> PathBuf {
+        if let Some(d) = std::env::var_os("EVENTD_KMES_DIR").filter(|d| !d.is_empty()) {
+            return PathBuf::from(d);
+        }
+        match std::env::var_os("EVENTD_DATA_DIR").filter(|d| !d.is_empty()) {
+            Some(d) => PathBuf::from(d).join("kmes"),
+            None => PathBuf::from("eventd-data/kmes"),
+        }
+    }
+
+    /// The program's name (`/proc/self/comm`'s source: the executable's
+    /// file name), the default provider.
+    pub fn program_name() -> String {
+        std::env::args_os()
+            .next()
+            .and_then(|a| {
+                Path::new(&a)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            })
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// Events written into a ring.
+    pub fn emitted(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.emitted.load(Ordering::Relaxed)
+    }
+
+    /// Events not written, for any [`Dropped`] reason.
+    pub fn dropped(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Writes one event. `name` is cut to 255 bytes; `fields` is a JSON
+    /// object's text or empty (eventd stores anything else as
+    /// `{"invalid_fields": ...}`).
+    pub fn emit(
+        &self,
+        level: Level,
+        name: &str,
+        message: &str,
+        fields: &str,
+    ) -> Result<(), Dropped> {
+        let result = match self.open() {
+            Some(emitter) => {
+                let (pid, tid) = ids();
+                // SAFETY: getuid has no preconditions. Asked every time:
+                // a daemon that drops privileges must not be reported as
+                // the user it started as.
+                let uid = unsafe { libc::getuid() };
+                let event = Event {
+                    ts_ns: super::now_ns(),
+                    pid,
+                    tid,
+                    uid,
+                    level,
+                    provider: &self.provider,
+                    name: truncate(name, NAME_BYTES_MAX),
+                    message,
+                    fields,
+                };
+                emitter.emit(&event).map(drop).map_err(classify)
+            }
+            None => Err(Dropped::NoRings),
+        };
+        // Relaxed: statistics.
+        match result {
+            Ok(()) => self.emitted.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.dropped.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    /// The emitter, opening the directory if it is time to try.
+    fn open(&self) -> Option<&Emitter> {
+        if let Some(e) = self.emitter.get() {
+            return Some(e);
+        }
+        let now = crate::sync::monotonic_ms();
+        // Relaxed: a hint of when to try; the lock below decides.
+        if now < self.retry_at_ms.load(Ordering::Relaxed) {
+            return None;
+        }
+        // Threads that emit first at the same moment wait here for the one
+        // attempt (a directory listing, microseconds) rather than drop
+        // their events; after that, this lock is never taken again. A
+        // poisoned lock guards nothing but the attempt itself.
+        let _guard = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = self.emitter.get() {
+            return Some(e);
+        }
+        // Relaxed: under the lock; another thread's failed attempt counts.
+        if now < self.retry_at_ms.load(Ordering::Relaxed) {
+            return None;
+        }
+        match Emitter::open(&self.dir) {
+            Ok(e) => Some(self.emitter.get_or_init(|| e)),
+            Err(why) => {
+                self.retry_at_ms.store(now + RETRY_MS, Ordering::Relaxed);
+                self.say_once(&why);
+                None
+            }
+        }
+    }
+
+    fn say_once(&self, why: &RingError) {
+        // Relaxed: at most one message is all that matters.
+        if !self.said.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "eventd: cannot open the rings in {} ({why}); events of {} are dropped and \
+                 counted until it can",
+                self.dir.display(),
+                self.provider
+            );
+        }
+    }
+}
+
+fn classify(e: EmitRingError) -> Dropped {
+    match e {
+        EmitRingError::Ring(RingError::NoRing { .. }) => Dropped::NoRings,
+        EmitRingError::Ring(RingError::NotAProducer { .. }) => Dropped::Permission,
+        EmitRingError::Ring(RingError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            Dropped::Permission
+        }
+        EmitRingError::Ring(_) => Dropped::Failed,
+        EmitRingError::Emit(EmitError::Encode(_)) => Dropped::TooLarge,
+        EmitRingError::Emit(EmitError::Busy | EmitError::Overwritten | EmitError::Gone) => {
+            Dropped::Busy
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The process id, asked again after a fork (0: not known).
+static PID: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// (pid, tid) of this thread, as of the pid it was taken under.
+    static IDS: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+}
+
+extern "C" fn forget_pid() {
+    // Relaxed: the child runs one thread at this point.
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// This thread's (pid, tid) without a system call in the steady state:
+/// both are cached, and a fork (which copies the caches into a child with
+/// other ids) makes the child ask again.
+fn ids() -> (u32, u32) {
+    // Relaxed: the pid is only ever the process's own; a stale 0 asks again.
+    let mut pid = PID.load(Ordering::Relaxed);
+    if pid == 0 {
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        AT_FORK.call_once(|| {
+            // SAFETY: forget_pid is async-signal-safe (one atomic store) and
+            // lives as long as the program.
+            unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+        });
+        // SAFETY: getpid has no preconditions.
+        pid = unsafe { libc::getpid() } as u32;
+        PID.store(pid, Ordering::Relaxed);
+    }
+    IDS.try_with(|ids| {
+        let (cached_pid, tid) = ids.get();
+        if cached_pid == pid && tid != 0 {
+            return (pid, tid);
+        }
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        ids.set((pid, tid));
+        (pid, tid)
+    })
+    // A thread being torn down: ask directly.
+    // SAFETY: gettid has no preconditions.
+    .unwrap_or_else(|_| (pid, unsafe { libc::gettid() } as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_drops_and_counts_and_says_so_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Producer::new(dir.path().join("absent"), "test");
+        for _ in 0..3 {
+            assert_eq!(p.emit(Level::Info, "n", "m", ""), Err(Dropped::NoRings));
+        }
+        assert_eq!((p.emitted(), p.dropped()), (0, 3));
+        assert!(p.said.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn names_are_cut_at_a_character_boundary() {
+        let s = "é".repeat(200);
+        let t = truncate(&s, 255);
+        assert_eq!(t.len(), 254);
+        assert!(t.chars().all(|c| c == 'é'));
+        assert_eq!(truncate("short", 255), "short");
+    }
+
+    #[test]
+    fn ids_are_this_threads() {
+        let (pid, tid) = ids();
+        // SAFETY: no preconditions.
+        assert_eq!(pid, unsafe { libc::getpid() } as u32);
+        // SAFETY: no preconditions.
+        assert_eq!(tid, unsafe { libc::gettid() } as u32);
+        let other = std::thread::spawn(ids).join().unwrap();
+        assert_eq!(other.0, pid);
+        assert_ne!(other.1, tid);
+    }
+}
