@@ -104,13 +104,20 @@ impl LiveConfig {
             state.effective.retention_max_bytes = new.retention_max_bytes;
         }
         if let (Some(old), Some(new)) = (&old.export, &new.export) {
-            if (&old.url, &old.database) == (&new.url, &new.database) && old != new {
+            // The live keys apply even when a restart-only one (ExportUrl,
+            // ExportDatabase) changed too: that one alone is deferred.
+            let live = crate::export::ExportSettings {
+                url: old.url.clone(),
+                database: old.database.clone(),
+                ..new.clone()
+            };
+            if &live != old {
                 tracing::info!(
-                    batch_rows = new.batch_rows,
-                    user = ?new.user,
+                    batch_rows = live.batch_rows,
+                    user = ?live.user,
                     "export settings changed; they apply to the next batches"
                 );
-                state.effective.export = Some(new.clone());
+                state.effective.export = Some(live);
             }
         }
         let deferred = restart_only_changes(&state.effective, &new);
@@ -273,5 +280,26 @@ mod tests {
         let state = live.state();
         assert_eq!(state.effective.max_batch_size, 100);
         assert!(state.last_error.unwrap().contains("MaxBatchSize = 0"));
+    }
+
+    #[test]
+    fn export_live_keys_apply_beside_a_deferred_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(
+            dir.path(),
+            "ExportUrl = \"http://127.0.0.1:8123/\"\nExportBatchRows = 100\n",
+        );
+        std::fs::write(
+            &file,
+            "ExportUrl = \"http://127.0.0.1:9999/\"\nExportBatchRows = 7\nExportUser = \"u\"\n",
+        )
+        .unwrap();
+        live.reload();
+        let state = live.state();
+        let export = state.effective.export.unwrap();
+        assert_eq!(export.url, "http://127.0.0.1:8123/");
+        assert_eq!((export.batch_rows, export.user.as_deref()), (7, Some("u")));
+        assert_eq!(state.deferred.len(), 1, "{:?}", state.deferred);
+        assert!(state.deferred[0].starts_with("ExportUrl"));
     }
 }

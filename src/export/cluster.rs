@@ -159,13 +159,16 @@ impl Cluster {
     /// Inserts `body` (rows of `table` in `format`) through the
     /// Distributed table, synchronously: when this returns Ok, the block is
     /// in one replica of its shard. `token` goes with it on servers that
-    /// deduplicate by token.
+    /// deduplicate by token; `query_id` names the insert (and, as their
+    /// `initial_query_id`, the inserts it makes on the shards), so that
+    /// [`Cluster::running`] can tell whether it is still under way.
     pub fn insert(
         &mut self,
         table: Table,
         format: Format,
         body: &[u8],
         token: &str,
+        query_id: &str,
     ) -> Result<(), ClusterError> {
         let dedup_token = self.topology()?.dedup_token;
         let columns = match table {
@@ -184,6 +187,7 @@ impl Cluster {
             ("insert_distributed_timeout", &timeout),
             // One batch is one block (batches are at most a million rows).
             ("max_insert_block_size", "1048576"),
+            ("query_id", query_id),
         ];
         if dedup_token {
             settings.push(("insert_deduplication_token", token));
@@ -248,6 +252,92 @@ impl Cluster {
             .u64()
             .map_err(|e| ClusterError::Layout(e.to_string()))?;
         Ok((count > 0).then_some(max as i64))
+    }
+
+    /// Which of `rows` (id, identity, time) of `host`'s `table` are on
+    /// some replica by identity, under whatever file and id: for rows that
+    /// may have been exported before under other ids (a shard file rolled
+    /// back under the export cursor, then re-committed from the rings).
+    /// Asks by ranges of sequence numbers per ring epoch and cpu, a few
+    /// hundred at a time, and matches the answer here. Fails unless every
+    /// replica answers.
+    pub fn present_by_identity(
+        &mut self,
+        table: Table,
+        host: &str,
+        rows: &[(i64, super::source::Identity, i64)],
+    ) -> Result<BTreeSet<i64>, ClusterError> {
+        use std::collections::BTreeMap;
+        if rows.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let database = self.database.clone();
+        let local = format!("{}_local", table.name());
+        let args = remote_args(&database, &local, &self.client);
+        let replicas = self.topology()?.replicas.join(",");
+        let (what, seq) = match table {
+            Table::Events => ("ring_epoch, cpu, seq, toUInt64(0)", "seq"),
+            Table::Gaps => ("ring_epoch, cpu, from_seq, to_seq", "from_seq"),
+        };
+        let mut present = BTreeSet::new();
+        for chunk in rows.chunks(500) {
+            let mut ranges: BTreeMap<(i64, u32), (u64, u64)> = BTreeMap::new();
+            for (_, (epoch, cpu, s, _), _) in chunk {
+                let r = ranges.entry((*epoch, *cpu)).or_insert((*s, *s));
+                r.0 = r.0.min(*s);
+                r.1 = r.1.max(*s);
+            }
+            let terms: Vec<String> = ranges
+                .iter()
+                .map(|((e, c), (a, b))| {
+                    format!("(ring_epoch = {e} AND cpu = {c} AND {seq} BETWEEN {a} AND {b})")
+                })
+                .collect();
+            let sql = format!(
+                "SELECT {what} FROM remote({}, {args}) WHERE host = {} AND ({}) FORMAT RowBinary",
+                quote(&replicas),
+                quote(host),
+                terms.join(" OR ")
+            );
+            let body = self.checked(&sql)?;
+            let mut reader = super::format::Reader::new(&body);
+            let mut found = BTreeSet::new();
+            let layout = |e: super::format::DecodeError| ClusterError::Layout(e.to_string());
+            while !reader.is_empty() {
+                let epoch = reader.i64().map_err(layout)?;
+                let cpu = reader.u32().map_err(layout)?;
+                let a = reader.u64().map_err(layout)?;
+                let b = reader.u64().map_err(layout)?;
+                found.insert((epoch, cpu, a, b));
+            }
+            present.extend(
+                chunk
+                    .iter()
+                    .filter(|(_, key, _)| found.contains(key))
+                    .map(|(id, _, _)| *id),
+            );
+        }
+        Ok(present)
+    }
+
+    /// How many queries whose initial query id starts with `prefix` are
+    /// running on any replica: an insert the client gave up on (a timeout,
+    /// a cut connection) may still be writing its block. Fails unless
+    /// every replica answers.
+    pub fn running(&mut self, prefix: &str) -> Result<u64, ClusterError> {
+        let args = remote_args("system", "processes", &self.client);
+        let replicas = self.topology()?.replicas.join(",");
+        let sql = format!(
+            "SELECT count() FROM remote({}, {args}) WHERE substring(initial_query_id, 1, {}) = {} \
+             FORMAT RowBinary",
+            quote(&replicas),
+            prefix.len(),
+            quote(prefix)
+        );
+        let body = self.checked(&sql)?;
+        super::format::Reader::new(&body)
+            .u64()
+            .map_err(|e| ClusterError::Layout(e.to_string()))
     }
 
     #[allow(clippy::too_many_arguments)]

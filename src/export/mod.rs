@@ -136,6 +136,41 @@ pub enum ExportError {
     Spawn(std::io::Error),
 }
 
+/// Finds the shard files that hold fewer rows than their cursors say were
+/// exported: a power cut took back commits whose rows were already sent
+/// (shards commit with `synchronous = NORMAL`), or a file was restored
+/// from a copy. Their cursors go back to what they hold, and since the
+/// rings may commit the lost events again, under new ids, in any shard
+/// file, every row older than now (by `ts`, or a gap's `ts_before`) is
+/// then checked by its identity before it is sent: the time from which
+/// rows are new is returned. None when no file went back.
+fn rewind_rolled_back(store_dir: &Path, state_path: &Path) -> Result<Option<i64>, ExportError> {
+    let mut state = state::ExportState::open(state_path)?;
+    let mut rolled = false;
+    let paths = crate::store::list_databases(store_dir).unwrap_or_default();
+    for path in paths {
+        let Ok(shard) = source::ShardSource::open(&path) else {
+            continue; // the workers say why
+        };
+        for table in state::Table::ALL {
+            let (Ok(newest), Ok(p)) = (shard.max_id(table), state.position(&shard.instance, table))
+            else {
+                continue;
+            };
+            if newest < p.exported_through {
+                tracing::warn!(shard = %path.display(), table = table.name(), newest,
+                    exported_through = p.exported_through,
+                    "export: the file holds fewer rows than were exported from it (a power cut \
+                     or a restored copy); rows it gets again are checked against the cluster \
+                     by identity");
+                state.rewind(&shard.instance, table, newest)?;
+                rolled = true;
+            }
+        }
+    }
+    Ok(rolled.then(crate::rings::now_ns))
+}
+
 impl Exporter {
     /// Opens the state database (made if missing, eventd's user only) and
     /// starts the workers.
@@ -148,7 +183,7 @@ impl Exporter {
         let dir = inputs.data_dir.join("export");
         crate::access::files::ensure_dir(&dir, dir_mode)?;
         let state_path = dir.join("state.db");
-        drop(state::ExportState::open(&state_path)?);
+        let recheck_before = rewind_rolled_back(&inputs.store_dir, &state_path)?;
         for suffix in ["", "-wal", "-shm"] {
             let mut name = state_path.as_os_str().to_owned();
             name.push(suffix);
@@ -181,6 +216,7 @@ impl Exporter {
                 stop: stop.clone(),
                 timeout: tunables.timeout,
                 format: tunables.format,
+                recheck_before,
             };
             let worker = worker::ExportWorker::new(parts)?;
             let spawned = spawn_watched(

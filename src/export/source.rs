@@ -9,6 +9,9 @@ use crate::store::rows::{EventRow, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 
+/// What names one row whatever file or id it has: see [`Rows::identities`].
+pub type Identity = (i64, u32, u64, u64);
+
 /// Rows of one table of one shard, each with its id, in id order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Rows {
@@ -48,6 +51,29 @@ impl Rows {
             Rows::Gaps(v) => v.iter().map(|(_, g)| g.detected_at).collect(),
         };
         Some((*times.iter().min()?, *times.iter().max()?))
+    }
+
+    /// Each row's id and identity: (ring_epoch, cpu, seq) of an event,
+    /// (ring_epoch, cpu, from_seq, to_seq) of a gap (0 for the last part
+    /// of an event's); and, for [`Rows::needs_recheck`], its time: `ts`
+    /// of an event, `ts_before` of a gap (the events it is about).
+    pub fn identities(&self) -> Vec<(i64, Identity, i64)> {
+        match self {
+            Rows::Events(v) => v
+                .iter()
+                .map(|(id, e)| (*id, (e.ring_epoch, e.cpu, e.seq, 0), e.ts))
+                .collect(),
+            Rows::Gaps(v) => v
+                .iter()
+                .map(|(id, g)| {
+                    (
+                        *id,
+                        (g.ring_epoch, g.cpu, g.from_seq, g.to_seq),
+                        g.ts_before,
+                    )
+                })
+                .collect(),
+        }
     }
 
     /// Keeps the rows whose id `keep` says.
@@ -179,11 +205,6 @@ impl ShardSource {
     /// The first `max` rows of `table` with ids above `after`.
     pub fn after(&self, table: Table, after: i64, max: u64) -> Result<Rows, SourceError> {
         self.select(table, after.saturating_add(1), i64::MAX, max)
-    }
-
-    /// Every row of `table` with an id in `lo..=hi`.
-    pub fn between(&self, table: Table, lo: i64, hi: i64) -> Result<Rows, SourceError> {
-        self.select(table, lo, hi, u64::MAX)
     }
 
     /// The highest id of `table` (0 when empty).

@@ -52,6 +52,10 @@ pub struct Position {
     /// deleted before it could be sent, and counted).
     pub exported_through: i64,
     pub pending: Option<Intent>,
+    /// Rows with ids at or below this (and above the cursor) may be
+    /// exported already under the same ids with other contents: the file
+    /// was found rolled back under its cursor. 0: none.
+    pub rolled_back_through: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +80,12 @@ const SCHEMA: &str = "
         hi INTEGER NOT NULL,
         rows INTEGER NOT NULL,
         recorded_at INTEGER NOT NULL,
+        PRIMARY KEY (instance, tbl)
+    );
+    CREATE TABLE IF NOT EXISTS rolled_back (
+        instance TEXT NOT NULL,
+        tbl TEXT NOT NULL,
+        through INTEGER NOT NULL,         -- the cursor when the file was found behind it
         PRIMARY KEY (instance, tbl)
     );";
 
@@ -150,10 +160,52 @@ impl ExportState {
             )
             .optional()
             .map_err(|e| self.err(e))?;
+        let rolled_back_through: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT through FROM rolled_back WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
         Ok(Position {
             exported_through: through.unwrap_or(0),
             pending,
+            rolled_back_through: rolled_back_through.unwrap_or(0),
         })
+    }
+
+    /// The file holds ids only up to `newest`, below its cursor: the cursor
+    /// goes back to `newest`, the intent is dropped, and the ids up to the
+    /// old cursor are marked as rolled back, in one transaction.
+    pub fn rewind(&mut self, instance: &str, table: Table, newest: i64) -> Result<(), StateError> {
+        let path = self.path.clone();
+        let err = |source| StateError { path, source };
+        let tx = self.conn.transaction().map_err(err.clone())?;
+        let run = || -> rusqlite::Result<()> {
+            tx.execute(
+                "INSERT INTO rolled_back (instance, tbl, through) \
+                 SELECT instance, tbl, exported_through FROM cursors \
+                 WHERE instance = ?1 AND tbl = ?2 AND exported_through > ?3 \
+                 ON CONFLICT (instance, tbl) DO UPDATE SET \
+                 through = max(through, excluded.through)",
+                params![instance, table.name(), newest],
+            )?;
+            tx.execute(
+                "UPDATE cursors SET exported_through = ?3 WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name(), newest],
+            )?;
+            tx.execute(
+                "DELETE FROM pending WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+            )?;
+            Ok(())
+        };
+        match run() {
+            Ok(()) => tx.commit().map_err(err),
+            Err(e) => Err(err(e)),
+        }
     }
 
     /// Records `intent` (replacing any earlier one), durably, before the

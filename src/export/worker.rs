@@ -27,7 +27,7 @@
 
 use super::cluster::{Cluster, ClusterError};
 use super::format::Format;
-use super::source::{Rows, ShardSource, SourceError};
+use super::source::{Identity, Rows, ShardSource, SourceError};
 use super::state::{ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
 use super::ExportSettings;
@@ -63,6 +63,11 @@ pub enum StepError {
     State(#[from] StateError),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    #[error(
+        "{0} insert(s) of this file are still running in the cluster; its batch is checked \
+         once they end"
+    )]
+    StillRunning(u64),
 }
 
 /// What a worker is made of.
@@ -80,6 +85,10 @@ pub struct WorkerParts {
     pub stop: Arc<Stop>,
     pub timeout: Duration,
     pub format: Format,
+    /// Rows older than this (ns) are checked by identity before they are
+    /// sent (see `rewind_rolled_back` in mod.rs); None: only rolled-back
+    /// id ranges are.
+    pub recheck_before: Option<i64>,
 }
 
 /// One file this worker sends.
@@ -101,6 +110,7 @@ struct Ctx {
     status: Arc<ExportStatus>,
     format: Format,
     batch_rows: u64,
+    recheck_before: Option<i64>,
 }
 
 pub struct ExportWorker {
@@ -111,6 +121,9 @@ pub struct ExportWorker {
     refused: BTreeMap<PathBuf, String>,
     last_scan: Option<Instant>,
     credentials: (Option<String>, Option<String>),
+    /// Why the configured credentials cannot be used, while none ever
+    /// could: nothing is sent then.
+    unusable: Option<String>,
 }
 
 fn slot(table: Table) -> usize {
@@ -133,7 +146,12 @@ fn owner(text: &str, count: usize) -> usize {
 impl ExportWorker {
     pub fn new(parts: WorkerParts) -> Result<ExportWorker, StateError> {
         let state = ExportState::open(&parts.state_path)?;
-        let credentials = read_credentials(&parts.settings).unwrap_or((None, None));
+        // Without usable credentials nothing is sent (not even as the
+        // server's default user) until the file is fixed.
+        let (credentials, unusable) = match read_credentials(&parts.settings) {
+            Ok(c) => (c, None),
+            Err(why) => ((None, None), Some(why)),
+        };
         let cluster = make_cluster(&parts, &credentials);
         let ctx = Ctx {
             host: parts.host.clone(),
@@ -143,6 +161,7 @@ impl ExportWorker {
             status: parts.status.clone(),
             format: parts.format,
             batch_rows: parts.settings.batch_rows,
+            recheck_before: parts.recheck_before,
         };
         Ok(ExportWorker {
             parts,
@@ -151,16 +170,32 @@ impl ExportWorker {
             refused: BTreeMap::new(),
             last_scan: None,
             credentials,
+            unusable,
         })
     }
 
     /// Sends until stopped.
     pub fn run(mut self) -> Result<(), StateError> {
+        if let Some(why) = self.unusable.clone() {
+            self.say_once(PathBuf::from("ExportPasswordFile"), why);
+        }
         while !self.parts.stop.is_stopped() {
             self.apply_live();
             if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
                 self.scan();
                 self.last_scan = Some(Instant::now());
+            }
+            if let Some(why) = &self.unusable {
+                let state = format!("not exported: {why}");
+                for source in self.sources.values() {
+                    self.ctx
+                        .status
+                        .update(&source.shard.instance, |s| s.state.clone_from(&state));
+                }
+                if self.parts.stop.sleep(IDLE) {
+                    break;
+                }
+                continue;
             }
             if !self.round() && self.parts.stop.sleep(IDLE) {
                 break;
@@ -181,13 +216,21 @@ impl ExportWorker {
         {
             self.parts.settings = settings;
             match read_credentials(&self.parts.settings) {
-                Ok(c) if c != self.credentials => {
+                Ok(c) if c != self.credentials || self.unusable.is_some() => {
                     self.ctx.cluster = make_cluster(&self.parts, &c);
                     self.credentials = c;
+                    self.unusable = None;
+                    self.refused.remove(Path::new("ExportPasswordFile"));
                     tracing::info!("export credentials changed; they apply to the next batch");
                 }
                 Ok(_) => {}
-                Err(e) => self.say_once(PathBuf::from("ExportPasswordFile"), e),
+                // Credentials that worked stay in use; none at all: see run.
+                Err(e) => {
+                    if self.unusable.is_some() {
+                        self.unusable = Some(e.clone());
+                    }
+                    self.say_once(PathBuf::from("ExportPasswordFile"), e)
+                }
             }
         }
     }
@@ -279,17 +322,19 @@ impl ExportWorker {
                 continue;
             }
             let mut failed = None;
+            let mut busy = false;
             for table in Table::ALL {
                 match step(&mut self.ctx, source, table) {
-                    Ok(w) => worked |= w,
+                    Ok(w) => busy |= w,
                     Err(e) => {
                         failed = Some(e);
                         break;
                     }
                 }
             }
+            worked |= busy;
             match failed {
-                None => succeeded(&self.ctx, source),
+                None => succeeded(&self.ctx, source, busy),
                 Some(e) => backed_off(&mut self.ctx, source, &e),
             }
         }
@@ -324,16 +369,16 @@ fn read_credentials(s: &ExportSettings) -> Result<(Option<String>, Option<String
     Ok((s.user.clone(), password))
 }
 
-fn succeeded(ctx: &Ctx, source: &mut Source) {
+/// A round of `source` without a failure; `busy` if it sent or settled.
+fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
     if source.backoff > BACKOFF_MIN {
         tracing::info!(shard = %source.shard.path.display(), "export: sending again");
     }
     source.backoff = BACKOFF_MIN;
+    let waiting = source.waiting.iter().any(Option::is_some);
     ctx.status.update(&source.shard.instance, |s| {
         s.failures = 0;
-        if s.state != "exporting" {
-            s.state = "idle".to_string();
-        }
+        s.state = if busy || waiting { "exporting" } else { "idle" }.to_string();
     });
 }
 
@@ -366,13 +411,14 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     let instance = source.shard.instance.clone();
     let position = ctx.state.position(&instance, table)?;
     if let Some(intent) = position.pending {
-        settle(ctx, source, table, intent.lo, intent.hi)?;
+        let rolled = position.rolled_back_through;
+        settle(ctx, source, table, (intent.lo, intent.hi), rolled)?;
         source.reconciled[slot(table)] = true;
         return Ok(true);
     }
     let through = position.exported_through;
     if !source.reconciled[slot(table)] {
-        reconcile(ctx, source, table, through)?;
+        reconcile(ctx, source, table, through, position.rolled_back_through)?;
         source.reconciled[slot(table)] = true;
         return Ok(true);
     }
@@ -387,7 +433,7 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     if !full && waited.elapsed() < FLUSH_INTERVAL {
         return Ok(false);
     }
-    let rows = source.shard.after(table, through, ctx.batch_rows)?;
+    let mut rows = source.shard.after(table, through, ctx.batch_rows)?;
     let Some(hi) = rows.last_id() else {
         return Ok(false);
     };
@@ -402,7 +448,19 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         s.state = "exporting".to_string();
         s.stream(table).pending = Some([intent.lo, intent.hi]);
     });
-    send(ctx, &source.shard, table, &rows)?;
+    let check = recheck(ctx, &rows, position.rolled_back_through);
+    if !check.is_empty() {
+        let present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+        if !present.is_empty() {
+            tracing::info!(shard = %source.shard.path.display(), table = table.name(),
+                lo = intent.lo, hi, rows = present.len(),
+                "export: rows committed again after a rollback are in the cluster already: not sent");
+            rows.retain(|id| !present.contains(&id));
+        }
+    }
+    if !rows.is_empty() {
+        send(ctx, &source.shard, table, &rows)?;
+    }
     advance(ctx, &source.shard, table, hi)?;
     source.waiting[slot(table)] = None;
     ctx.status.update(&instance, |s| {
@@ -451,8 +509,20 @@ fn send(ctx: &mut Ctx, shard: &ShardSource, table: Table, rows: &Rows) -> Result
         ids.last().copied().unwrap_or(0),
         ids.len()
     );
-    ctx.cluster.insert(table, ctx.format, &body, &token)?;
+    let query_id = format!(
+        "{}{}",
+        query_prefix(&ctx.host, &shard.instance, table),
+        crate::rings::now_ns()
+    );
+    ctx.cluster
+        .insert(table, ctx.format, &body, &token, &query_id)?;
     Ok(())
+}
+
+/// What the query id of every insert of (`host`, `instance`, `table`)
+/// starts with.
+fn query_prefix(host: &str, instance: &str, table: Table) -> String {
+    format!("eventd:{host}:{instance}:{}:", table.name())
 }
 
 /// The cursor to `hi`, the intent gone; retention learns it.
@@ -468,23 +538,73 @@ fn advance(ctx: &mut Ctx, shard: &ShardSource, table: Table, hi: i64) -> Result<
 }
 
 /// Makes sure every row of `lo..=hi` still in the shard is in the cluster,
-/// sending only those that are not, then moves the cursor to `hi`.
+/// sending only those that are not, then moves the cursor to `hi`. First
+/// waits until no insert of this file and table is still running anywhere
+/// (one the client gave up on may yet land, and would then land twice).
+/// Works through the range at most `ExportBatchRows` rows at a time (a
+/// reconcile's range can be a whole file); between chunks the rest of the
+/// range stays the intent.
 fn settle(
     ctx: &mut Ctx,
     source: &mut Source,
     table: Table,
-    lo: i64,
-    hi: i64,
+    (lo, hi): (i64, i64),
+    rolled: i64,
+) -> Result<(), StepError> {
+    let prefix = query_prefix(&ctx.host, &source.shard.instance, table);
+    let running = ctx.cluster.running(&prefix)?;
+    if running > 0 {
+        return Err(StepError::StillRunning(running));
+    }
+    let mut from = lo;
+    loop {
+        let shard = &source.shard;
+        let mut rows = shard.after(table, from.saturating_sub(1), ctx.batch_rows)?;
+        rows.retain(|id| id <= hi);
+        let end = match rows.last_id() {
+            Some(last) if (rows.len() as u64) >= ctx.batch_rows && last < hi => last,
+            _ => hi,
+        };
+        settle_chunk(ctx, source, table, (from, end), rows, rolled)?;
+        if end >= hi {
+            return Ok(());
+        }
+        from = end + 1;
+        let intent = Intent {
+            lo: from,
+            hi,
+            rows: 0,
+            recorded_at: crate::rings::now_ns(),
+        };
+        ctx.state.record(&source.shard.instance, table, intent)?;
+    }
+}
+
+/// One chunk of [`settle`]: `rows` are what the shard holds of `lo..=hi`.
+fn settle_chunk(
+    ctx: &mut Ctx,
+    source: &mut Source,
+    table: Table,
+    (lo, hi): (i64, i64),
+    mut rows: Rows,
+    rolled: i64,
 ) -> Result<(), StepError> {
     let shard = &source.shard;
-    let mut rows = shard.between(table, lo, hi)?;
     let Some(times) = rows.time_range() else {
         // Nothing left of the range (retention deleted it, counted).
         return advance(ctx, shard, table, hi);
     };
-    let present: BTreeSet<i64> =
-        ctx.cluster
+    // Rows that may be in the cluster under other ids are looked for by
+    // identity, the others by their file and id.
+    let check = recheck(ctx, &rows, rolled);
+    let mut present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+    if check.len() < rows.len() {
+        let by_id = ctx
+            .cluster
             .present(table, &ctx.host, &shard.instance, (lo, hi), times)?;
+        let checked: BTreeSet<i64> = check.iter().map(|(id, _, _)| *id).collect();
+        present.extend(by_id.into_iter().filter(|id| !checked.contains(id)));
+    }
     let had = rows.len();
     rows.retain(|id| !present.contains(&id));
     if rows.is_empty() {
@@ -510,6 +630,15 @@ fn settle(
     Ok(())
 }
 
+/// The rows of `rows` to look for by identity: ids in a rolled-back range
+/// (at or below `rolled`), and, after a rollback was found at start, rows
+/// older than the start (see `rewind_rolled_back`).
+fn recheck(ctx: &Ctx, rows: &Rows, rolled: i64) -> Vec<(i64, Identity, i64)> {
+    let mut ids = rows.identities();
+    ids.retain(|(id, _, time)| *id <= rolled || ctx.recheck_before.is_some_and(|t| *time < t));
+    ids
+}
+
 /// Before the first batch of a run: settles whatever of this file the
 /// cluster holds above the cursor (a batch sent under an intent the state
 /// database no longer has).
@@ -518,6 +647,7 @@ fn reconcile(
     source: &mut Source,
     table: Table,
     through: i64,
+    rolled: i64,
 ) -> Result<(), StepError> {
     let Some(since) = source
         .shard
@@ -532,7 +662,7 @@ fn reconcile(
     {
         tracing::warn!(shard = %source.shard.path.display(), table = table.name(), through, highest,
             "export: the cluster holds rows past the recorded cursor; checking them");
-        settle(ctx, source, table, through + 1, highest)?;
+        settle(ctx, source, table, (through + 1, highest), rolled)?;
     }
     Ok(())
 }

@@ -233,6 +233,28 @@ pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
         path: path.to_path_buf(),
         source,
     };
+    // The same trust as for an active shard: a symbolic link or another
+    // user's file (or WAL) is never written.
+    for file in [
+        path.to_path_buf(),
+        side_file(path, "-wal"),
+        side_file(path, "-shm"),
+    ] {
+        match std::fs::symlink_metadata(&file) {
+            Ok(meta) => {
+                if let Some(why) = crate::access::files::untrusted(&meta) {
+                    return Err(StoreError::Untrusted { path: file, why });
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::Dir {
+                    path: file,
+                    source: e,
+                })
+            }
+        }
+    }
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
