@@ -100,7 +100,9 @@ def load_library():
 
 def _encode(text):
     # NUL would end the C string early; eventd keeps the rest of the text.
-    return text.replace("\0", "\\0").encode("utf-8", "replace")
+    if "\0" in text:
+        text = text.replace("\0", "\\0")
+    return text.encode("utf-8", "replace")
 
 
 class EventdHandler(logging.Handler):
@@ -112,6 +114,8 @@ class EventdHandler(logging.Handler):
         self._handle = ctypes.c_void_p()
         self._lost = 0  # dropped here, without the library
         self._closed = (0, 0)  # (emitted, dropped) when closed
+        self._levels = {}  # levelno -> severity
+        self._names = {}  # logger name -> its bytes
         self._said = False
         try:
             self._lib = load_library()
@@ -156,27 +160,37 @@ class EventdHandler(logging.Handler):
         return DEBUG
 
     def fields(self, record):
-        """The record's extra= keys (and its exception) as a JSON object."""
-        extra = {k: v for k, v in vars(record).items() if k not in _STANDARD}
+        """The record's extra= keys (and its exception) as JSON text, or None."""
+        d = record.__dict__
+        keys = d.keys() - _STANDARD
+        if not keys and not record.exc_info:
+            return None
+        extra = {k: d[k] for k in keys}
         if record.exc_info:
             formatter = self.formatter or logging.Formatter()
             extra["exception"] = formatter.formatException(record.exc_info)
-        if not extra:
-            return None
-        return json.dumps(_finite(extra), default=str, ensure_ascii=False)
+        try:
+            return json.dumps(extra, default=str, ensure_ascii=False, allow_nan=False)
+        except ValueError:  # NaN or an infinity somewhere
+            return json.dumps(_finite(extra), default=str, ensure_ascii=False)
 
     def emit(self, record):
         if self._lib is None:
             self._lost += 1
             return
         try:
-            message = record.getMessage()
+            level = self._levels.get(record.levelno)
+            if level is None:
+                level = self._levels[record.levelno] = self.severity(record.levelno)
+            name = self._names.get(record.name)
+            if name is None:
+                name = self._names[record.name] = _encode(record.name)
             fields = self.fields(record)
             self._lib.eventd_emit(
                 self._handle,
-                self.severity(record.levelno),
-                _encode(record.name),
-                _encode(message),
+                level,
+                name,
+                _encode(record.getMessage()),
                 _encode(fields) if fields is not None else None,
             )
         except Exception:  # a record that cannot be formatted

@@ -150,12 +150,10 @@ impl Producer {
         let result = match self.open() {
             Some(emitter) => {
                 let (pid, tid) = ids();
-                // SAFETY: getuid has no preconditions. Asked every time:
-                // a daemon that drops privileges must not be reported as
-                // the user it started as.
-                let uid = unsafe { libc::getuid() };
+                let ts_ns = super::now_ns();
+                let uid = uid_at(ts_ns);
                 let event = Event {
-                    ts_ns: super::now_ns(),
+                    ts_ns,
                     pid,
                     tid,
                     uid,
@@ -249,6 +247,34 @@ pub fn truncate(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// How long a thread's cached uid is used before it is asked again: a
+/// daemon that drops privileges is reported as its new user within this
+/// (`getuid` is a system call: asking per event would double the cost).
+const UID_REFRESH_NS: i64 = 100_000_000;
+
+thread_local! {
+    /// (uid, when it was asked, ns since the epoch).
+    static UID: Cell<(u32, i64)> = const { Cell::new((0, i64::MIN)) };
+}
+
+/// The calling thread's uid as of at most [`UID_REFRESH_NS`] before `now`.
+fn uid_at(now: i64) -> u32 {
+    let ask = || {
+        // SAFETY: getuid has no preconditions.
+        unsafe { libc::getuid() }
+    };
+    UID.try_with(|c| {
+        let (uid, at) = c.get();
+        if now.wrapping_sub(at) < UID_REFRESH_NS && now >= at {
+            return uid;
+        }
+        let uid = ask();
+        c.set((uid, now));
+        uid
+    })
+    .unwrap_or_else(|_| ask())
 }
 
 /// The process id, asked again after a fork (0: not known).
