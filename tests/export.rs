@@ -18,12 +18,11 @@ mod cluster;
 mod common;
 
 use cluster::{wait_until as wait_for, Cluster, Options};
-use common::{config, read, Eventd, EVENTCTL};
+use common::{config, pin, read, Eventd, EVENTCTL};
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -158,21 +157,6 @@ impl Host {
             return None;
         }
         serde_json::from_slice(&out.stdout).ok()
-    }
-}
-
-fn pin(cmd: &mut Command, cpu: usize) -> &mut Command {
-    // SAFETY: only sched_setaffinity on the child itself, between fork and
-    // exec; the CPU set lives on the closure's stack.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
     }
 }
 

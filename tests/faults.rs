@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,21 +94,6 @@ fn with_small_tmpfs(test: &str, size: &str, body: impl FnOnce(&Path, &Path)) {
 
 /// Makes `cmd` run on `cpu` only: `eventctl emit` writes into the ring of
 /// the CPU it runs on.
-fn pin(cmd: &mut Command, cpu: usize) -> &mut Command {
-    // SAFETY: only sched_setaffinity on the child itself, between fork and
-    // exec; the CPU set lives on the closure's stack.
-    unsafe {
-        cmd.pre_exec(move || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    }
-}
-
 fn eventctl_emit_on(data: &Path, cpu: usize, provider: &str) -> Command {
     let mut cmd = Command::new(EVENTCTL);
     pin(&mut cmd, cpu);

@@ -9,8 +9,10 @@
 //! structured data), the facility, the kernel's gid, the transport and, when
 //! something did not parse, the problems and the raw bytes (base64).
 
+// The longest prefix of at most so many bytes that ends on a char boundary.
 use super::parse::{self, Parsed};
 use super::SyslogStats;
+use crate::rings::client::truncate as prefix;
 use crate::rings::drops::Drops;
 use crate::rings::{CurrentRing, EmitError, Event, Level, Ring};
 use base64::Engine;
@@ -360,19 +362,6 @@ impl<'p> Built<'p> {
             fields: std::str::from_utf8(fields).unwrap_or(""),
         }
     }
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a char
-/// boundary.
-fn prefix(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 // Longer than the ~70 lines a function should be: the fields object built,

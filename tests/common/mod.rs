@@ -297,3 +297,20 @@ pub fn as_user<'c>(cmd: &'c mut Command, uid: u32, groups: &[u32]) -> &'c mut Co
         })
     }
 }
+
+/// Makes `cmd` run on `cpu` only (so it emits into that CPU's ring).
+pub fn pin(cmd: &mut Command, cpu: usize) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only sched_setaffinity on the child itself, between fork and
+    // exec; the CPU set lives on the closure's stack.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
