@@ -7,9 +7,16 @@
 //! cargo run --release -p eventd-perf -- quick
 //! cargo run --release -p eventd-perf -- baseline      # 30 s flat out, then half rate
 //! cargo run --release -p eventd-perf -- shards|batch|stripe|channel|all
+//! cargo run --release -p eventd-perf -- export        # into a private ClickHouse cluster
+//! cargo run --release -p eventd-perf -- clients --messages 200000
 //! ```
 
 mod ceiling;
+mod clients;
+// The tests' private ClickHouse cluster and ZooKeeper (the export scenario).
+#[path = "../../tests/common/cluster.rs"]
+mod cluster;
+mod exportbench;
 mod load;
 mod pipeline;
 mod querybench;
@@ -72,6 +79,18 @@ pub(crate) struct Args {
     /// eventd's configuration file in the syslog scenario (default: none).
     #[arg(long)]
     pub(crate) eventd_config: Option<PathBuf>,
+    /// Events stored before the export scenario exports them.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) rows: u64,
+    /// ExportBatchRows values the export scenario measures (RowBinary).
+    #[arg(long, value_delimiter = ',', default_value = "5000,50000,200000")]
+    pub(crate) batch_rows: Vec<u64>,
+    /// Replicas of each of the export scenario's two ClickHouse shards.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) replicas: usize,
+    /// Seconds of the export scenario's paced load (export lag).
+    #[arg(long, default_value_t = 15.0)]
+    pub(crate) lag_secs: f64,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     pub(crate) results: PathBuf,
@@ -99,6 +118,15 @@ pub(crate) enum Scenario {
     /// The same syslog datagrams into eventd, rsyslog, journald and
     /// syslog-ng, one after the other (--messages, --peers).
     Syslog,
+    /// What one event costs the emitting program through eventd's clients
+    /// (Rust tracing layer, C, Python) beside syslog and a log file, in
+    /// ns per event (--messages events).
+    Clients,
+    /// Export into a private ClickHouse cluster beside ClickHouse's bare
+    /// insert rate: rows/s by format and ExportBatchRows, ingest with
+    /// export on and off, export lag at half rate, CPU per row (--rows,
+    /// --batch-rows, --replicas, --duration for ingest, --lag-secs).
+    Export,
     /// Baseline and every sweep.
     All,
 }
@@ -115,6 +143,8 @@ impl Scenario {
             Scenario::Pragmas => "pragmas",
             Scenario::Query => "query",
             Scenario::Syslog => "syslog",
+            Scenario::Export => "export",
+            Scenario::Clients => "clients",
             Scenario::All => "all",
         }
     }
@@ -163,6 +193,14 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::Query {
             last = Some(scenarios::run_query_bench(&args, &work)?);
+            continue;
+        }
+        if scenario == Scenario::Clients {
+            last = Some(clients::run(&setup.eventd, &work, args.messages)?);
+            continue;
+        }
+        if scenario == Scenario::Export {
+            last = Some(exportbench::run(&args, &setup, sizes, &work)?);
             continue;
         }
         if scenario == Scenario::Syslog {

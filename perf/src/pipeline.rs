@@ -98,6 +98,49 @@ pub struct Point<'a> {
     pub duration: Duration,
     /// Also run the bare-SQLite ceiling with the same rows.
     pub with_ceiling: bool,
+    /// Export into ClickHouse during the point (`None`: ExportUrl unset).
+    pub export: Option<&'a ExportPoint>,
+}
+
+/// The export keys a point runs with, and the batch format.
+#[derive(Debug, Clone)]
+pub struct ExportPoint {
+    /// `HostName`: the `host` column, which picks the shard.
+    pub host: String,
+    /// `ExportUrl`, `ExportDatabase`, `ExportBatchRows`.
+    pub settings: eventd::export::ExportSettings,
+    /// `--export-format`.
+    pub format: eventd::export::format::Format,
+}
+
+/// The settings and tunables of a point in `dir`: `knobs`, and export on
+/// when `export` says so.
+pub fn configure(
+    dir: &Path,
+    knobs: Knobs,
+    export: Option<&ExportPoint>,
+) -> anyhow::Result<(Settings, Tunables)> {
+    let file = ConfigFile {
+        storage_shards: Some(knobs.storage_shards),
+        max_batch_size: Some(knobs.max_batch as i64),
+        ..ConfigFile::default()
+    };
+    let mut settings: Settings = file.resolve(dir)?;
+    settings.max_concurrent_queries = fit_queries(&settings)?;
+    let mut tunables = Tunables {
+        stripe_len: NonZeroU32::new(knobs.stripe_len).unwrap_or(NonZeroU32::MIN),
+        channel: (knobs.channel_slots > 0).then_some(Capacity {
+            slots: knobs.channel_slots,
+            bytes: knobs.channel_bytes,
+        }),
+        ..Tunables::default()
+    };
+    if let Some(e) = export {
+        settings.host_name.clone_from(&e.host);
+        settings.export = Some(e.settings.clone());
+        tunables.export.format = e.format;
+    }
+    Ok((settings, tunables))
 }
 
 // Longer than the ~70 lines a function should be: the phases of one measured
@@ -117,23 +160,10 @@ pub fn run(
         sizes,
         duration,
         with_ceiling,
+        export,
     } = point;
     let dir = tempfile::Builder::new().prefix("point-").tempdir_in(work)?;
-    let file = ConfigFile {
-        storage_shards: Some(knobs.storage_shards),
-        max_batch_size: Some(knobs.max_batch as i64),
-        ..ConfigFile::default()
-    };
-    let mut settings: Settings = file.resolve(dir.path())?;
-    settings.max_concurrent_queries = fit_queries(&settings)?;
-    let tunables = Tunables {
-        stripe_len: NonZeroU32::new(knobs.stripe_len).unwrap_or(NonZeroU32::MIN),
-        channel: (knobs.channel_slots > 0).then_some(Capacity {
-            slots: knobs.channel_slots,
-            bytes: knobs.channel_bytes,
-        }),
-        ..Tunables::default()
-    };
+    let (settings, tunables) = configure(dir.path(), knobs, export)?;
     reset_peak_rss();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
     let rings = running.rings()?;

@@ -37,6 +37,7 @@ pub(crate) fn run_scenario(
             sizes,
             duration,
             with_ceiling,
+            export: None,
         };
         pipeline::run(work, setup, &point, &progress)
     };
@@ -145,7 +146,12 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
             )
         })
         .collect(),
-        Scenario::All | Scenario::Pragmas | Scenario::Query | Scenario::Syslog => {
+        Scenario::All
+        | Scenario::Pragmas
+        | Scenario::Query
+        | Scenario::Syslog
+        | Scenario::Clients
+        | Scenario::Export => {
             unreachable!("handled by main")
         }
     }

@@ -5,6 +5,8 @@
 use crate::load::{self, Counts, Mode, Sizes};
 use eventd::config::Settings;
 use eventd::daemon::{Daemon, DaemonState, Tunables};
+use eventd::export::format::Format;
+use eventd::export::ExportReport;
 use eventd::rings::Ring;
 use eventd::store::writer::WriterHistograms;
 use hdrhistogram::Histogram;
@@ -75,17 +77,29 @@ impl Running {
                 let data_dir = settings.data_dir.clone();
                 std::fs::create_dir_all(&data_dir)?;
                 let config = data_dir.join("perf.toml");
-                std::fs::write(
-                    &config,
-                    format!(
-                        "StorageShards = {}\nMaxBatchSize = {}\nMaxConcurrentQueries = {}\n",
-                        settings.storage_shards,
-                        settings.max_batch_size,
-                        settings.max_concurrent_queries
-                    ),
-                )?;
-                let log = std::fs::File::create(data_dir.join("eventd.log"))?;
+                let mut text = format!(
+                    "StorageShards = {}\nMaxBatchSize = {}\nMaxConcurrentQueries = {}\n",
+                    settings.storage_shards,
+                    settings.max_batch_size,
+                    settings.max_concurrent_queries
+                );
                 let mut cmd = Command::new(eventd);
+                if let Some(e) = &settings.export {
+                    // TOML basic strings: the harness's own names and URLs,
+                    // without quotes or backslashes.
+                    text.push_str(&format!(
+                        "HostName = \"{}\"\nExportUrl = \"{}\"\nExportDatabase = \"{}\"\n\
+                         ExportBatchRows = {}\n",
+                        settings.host_name, e.url, e.database, e.batch_rows
+                    ));
+                    cmd.arg("--export-format")
+                        .arg(match tunables.export.format {
+                            Format::RowBinary => "row-binary",
+                            Format::JsonEachRow => "json-each-row",
+                        });
+                }
+                std::fs::write(&config, text)?;
+                let log = std::fs::File::create(data_dir.join("eventd.log"))?;
                 if let Some(c) = tunables.channel {
                     cmd.arg("--channel-slots")
                         .arg(c.slots.to_string())
@@ -170,6 +184,63 @@ impl Running {
                 Ok((events, lost))
             }
         }
+    }
+
+    /// The export stage's report (what `eventctl export status` shows):
+    /// read in this process, or asked of the binary over its query
+    /// socket. `None` while export is off.
+    pub fn export_report(&self) -> anyhow::Result<Option<ExportReport>> {
+        match self {
+            Running::InProcess { state, .. } => Ok(state.export.as_ref().map(|e| e.report())),
+            Running::Binary { data_dir, .. } => {
+                let socket = data_dir.join("run/query.sock");
+                let mut answer = None;
+                eventd::query::client::call(&socket, &eventd::query::Request::Export, |v| {
+                    answer = Some(v);
+                    Ok(false)
+                })?;
+                let export = answer
+                    .and_then(|mut v| v.get_mut("export").map(serde_json::Value::take))
+                    .unwrap_or_default();
+                if export.is_null() {
+                    return Ok(None);
+                }
+                Ok(Some(serde_json::from_value(export)?))
+            }
+        }
+    }
+
+    /// CPU time (user + system, ns) of the export stage's threads
+    /// (`export-N`), and of the whole eventd process when it is one (the
+    /// binary; in this process it would include the harness).
+    pub fn export_cpu_ns(&self) -> (u64, Option<u64>) {
+        match self {
+            Running::InProcess { .. } => (threads_cpu_ns("/proc/self", "export-"), None),
+            Running::Binary { child, .. } => {
+                let proc_dir = format!("/proc/{}", child.id());
+                (
+                    threads_cpu_ns(&proc_dir, "export-"),
+                    Some(stat_cpu_ns(&format!("{proc_dir}/stat")).unwrap_or(0)),
+                )
+            }
+        }
+    }
+
+    /// Stops the system cleanly without taking measurements.
+    pub fn stop(self) -> anyhow::Result<()> {
+        match self {
+            Running::InProcess { daemon, state } => {
+                drop(state);
+                daemon.join()?;
+            }
+            Running::Binary { mut child, .. } => {
+                // SAFETY: kill with the pid of our unreaped child.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let status = child.wait()?;
+                anyhow::ensure!(status.success(), "eventd exited {status}");
+            }
+        }
+        Ok(())
     }
 
     /// Takes the measurements and stops the system cleanly.
@@ -283,6 +354,34 @@ fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
         }
     }
     Ok((latency, batches, commits, paths.len()))
+}
+
+/// User + system CPU time in `stat` (a `/proc/PID/stat` or
+/// `/proc/PID/task/TID/stat`), ns.
+pub fn stat_cpu_ns(stat: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: state is the first, utime the 12th, stime the 13th.
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000_000 / hz)
+}
+
+/// CPU time (ns) of the threads of the process at `proc_dir` whose name
+/// starts with `prefix`.
+pub fn threads_cpu_ns(proc_dir: &str, prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("{proc_dir}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .filter_map(|t| stat_cpu_ns(&t.path().join("stat").to_string_lossy()))
+        .sum()
 }
 
 fn count_fds(dir: &str) -> usize {

@@ -34,8 +34,10 @@ pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as 
 pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
 
 /// `ExportBatchRows`: rows per insert into ClickHouse at most. The default
-/// was chosen with `eventd-perf export` (docs/performance.md); the top is
-/// below ClickHouse's block size (1,048,576 rows), so a batch is one block.
+/// was chosen with `eventd-perf export` (docs/performance.md): 50,000 rows
+/// exported 2.2x as fast as 5,000; 200,000 another 1.24x at four times the
+/// memory per batch (tens of MB) and a 2 s first batch. The top is below
+/// ClickHouse's block size (1,048,576 rows), so a batch is one block.
 pub const EXPORT_BATCH_ROWS_DEFAULT: u64 = 50_000;
 pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
 

@@ -196,6 +196,7 @@ impl Exporter {
         let status = inputs.status.clone();
         let stop = Arc::new(Stop::default());
         let count = tunables.workers.max(1);
+        let claims = worker::Claims::default();
         let mut exporter = Exporter {
             status: status.clone(),
             stop: stop.clone(),
@@ -217,6 +218,7 @@ impl Exporter {
                 timeout: tunables.timeout,
                 format: tunables.format,
                 recheck_before,
+                claims: claims.clone(),
             };
             let worker = worker::ExportWorker::new(parts)?;
             let spawned = spawn_watched(

@@ -89,6 +89,8 @@ pub struct WorkerParts {
     /// sent (see `rewind_rolled_back` in mod.rs); None: only rolled-back
     /// id ranges are.
     pub recheck_before: Option<i64>,
+    /// Shared by every worker of the stage.
+    pub claims: Claims,
 }
 
 /// One file this worker sends.
@@ -133,14 +135,38 @@ fn slot(table: Table) -> usize {
     }
 }
 
-/// FNV-1a of `text`: which worker a file belongs to.
-fn owner(text: &str, count: usize) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % count.max(1) as u64) as usize
+/// Which worker a file belongs to: its shard number (`shard-NNN...`) modulo
+/// the worker count, so the active shards spread evenly; FNV-1a of the
+/// name for any other name. Two workers never hold one file at once: a
+/// worker also has to claim the file's instance id (see `Claims`).
+fn owner(file: &str, count: usize) -> usize {
+    let count = count.max(1) as u64;
+    let number = file
+        .strip_prefix("shard-")
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse::<u64>().ok());
+    let n = number.unwrap_or_else(|| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in file.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    });
+    (n % count) as usize
+}
+
+/// The instance ids some worker holds, shared by all of them: a file that
+/// changed owner (renamed) is taken only once its old owner let go.
+pub type Claims = Arc<std::sync::Mutex<BTreeSet<String>>>;
+
+fn claims(c: &Claims) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+    // Every change under the lock is one insert or remove.
+    c.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ExportWorker {
@@ -256,6 +282,7 @@ impl ExportWorker {
             .collect();
         for path in gone {
             if let Some(s) = self.sources.remove(&path) {
+                claims(&self.parts.claims).remove(&s.shard.instance);
                 let why = if self.parts.health.is_damaged(&path) {
                     "not exported: the file is damaged".to_string()
                 } else {
@@ -272,7 +299,10 @@ impl ExportWorker {
                 continue;
             }
             match ShardSource::open(&path) {
-                Ok(shard) if owner(&shard.instance, self.parts.count) == self.parts.index => {
+                Ok(shard)
+                    if owner(&shard.file, self.parts.count) == self.parts.index
+                        && claims(&self.parts.claims).insert(shard.instance.clone()) =>
+                {
                     self.refused.remove(&path);
                     self.take(shard);
                 }
@@ -462,7 +492,11 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         send(ctx, &source.shard, table, &rows)?;
     }
     advance(ctx, &source.shard, table, hi)?;
-    source.waiting[slot(table)] = None;
+    // Rows left over have waited since then already: their batch goes once
+    // the interval is up, not a whole interval later.
+    if newest <= hi {
+        source.waiting[slot(table)] = None;
+    }
     ctx.status.update(&instance, |s| {
         let st = s.stream(table);
         st.batches_sent += 1;
@@ -634,6 +668,9 @@ fn settle_chunk(
 /// (at or below `rolled`), and, after a rollback was found at start, rows
 /// older than the start (see `rewind_rolled_back`).
 fn recheck(ctx: &Ctx, rows: &Rows, rolled: i64) -> Vec<(i64, Identity, i64)> {
+    if rolled == 0 && ctx.recheck_before.is_none() {
+        return Vec::new();
+    }
     let mut ids = rows.identities();
     ids.retain(|(id, _, time)| *id <= rolled || ctx.recheck_before.is_some_and(|t| *time < t));
     ids
@@ -678,12 +715,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_file_always_has_the_same_worker_and_all_workers_get_some() {
-        let ids: Vec<String> = (0..64).map(|i| format!("{:016x}", i * 7919)).collect();
+    fn shard_files_spread_evenly_and_other_names_have_one_owner() {
         for count in 1..=4 {
-            let owners: BTreeSet<usize> = ids.iter().map(|i| owner(i, count)).collect();
-            assert_eq!(owners.len(), count);
-            assert!(ids.iter().all(|i| owner(i, count) == owner(i, count)));
+            let owners: Vec<usize> = (0..12)
+                .map(|i| owner(&format!("shard-{i:03}.db"), count))
+                .collect();
+            for w in 0..count {
+                assert_eq!(owners.iter().filter(|&&o| o == w).count(), 12 / count);
+            }
+            assert_eq!(owner("odd.db", count), owner("odd.db", count));
+            assert!(owner("odd.db", count) < count);
         }
     }
 }
