@@ -52,7 +52,7 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
-pub use crud::parse_jsonc;
+pub use crud::{parse_jsonc, RECORD_BYTES_MAX, RECORD_DEPTH_MAX};
 pub use files::Layout;
 pub use indexes::Stats;
 pub use query::{Hit, StreamPage};
@@ -81,6 +81,8 @@ pub enum DocError {
     NotIndexed { field: String, indexed: Vec<String> },
     #[error("{value} cannot be looked up: only null, booleans, numbers and strings are keys")]
     NotAKey { value: String },
+    #[error("{path}: not written, since it could not be read back: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
     #[error("{path}: {message}")]
     Declared { path: PathBuf, message: String },
 }
