@@ -32,6 +32,7 @@ impl Collection {
         if let Some(state) = &mut self.index {
             state.set_record(id, Some(Some(value)));
         }
+        self.compact_journal_if_long();
         Ok(())
     }
 
@@ -90,6 +91,7 @@ impl Collection {
                 state.set_record(id, Some(Some(doc)));
             }
         }
+        self.compact_journal_if_long();
         Ok(ids)
     }
 
@@ -138,6 +140,7 @@ impl Collection {
         if let Some(state) = &mut self.index {
             state.set_record(id, None);
         }
+        self.compact_journal_if_long();
         Ok(existed)
     }
 

@@ -129,6 +129,9 @@ pub struct Collection {
     /// from the files; appends to it would make it look whole, so none
     /// are made.
     journal_usable: bool,
+    /// Lines in the journal: counted from its load (or its last rewrite)
+    /// when the indexes are loaded, else the lines appended since open.
+    journal_lines: u64,
 }
 
 impl Collection {
@@ -158,6 +161,7 @@ impl Collection {
             index: None,
             journal: None,
             journal_usable,
+            journal_lines: 0,
         })
     }
 

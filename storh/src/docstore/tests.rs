@@ -633,3 +633,46 @@ fn writes_get_could_not_read_back_are_refused_and_nothing_is_written() {
     assert_eq!(c.find("k", &json!(4), None, 10).unwrap(), vec![]);
     c.close().unwrap();
 }
+
+#[test]
+fn a_long_running_writer_keeps_its_journal_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Collection::open(dir.path()).unwrap();
+    c.create_index("k").unwrap();
+    let ids = c
+        .insert_many(&(0..100).map(|i| json!({"k": i % 7})).collect::<Vec<_>>())
+        .unwrap();
+    c.close().unwrap();
+    // A new writer that never queries: only its writes can load the
+    // indexes to compact.
+    let mut c = Collection::open(dir.path()).unwrap();
+    let journal = dir.path().join(index::JOURNAL);
+    let lines = || std::fs::read_to_string(&journal).unwrap().lines().count() as u64;
+    // 100 records with one entry each, and a header: 201 lines whole.
+    let bound = 3 * 201 + 1024 + 16;
+    let mut longest = 0;
+    for round in 0..4_000u64 {
+        let i = (round * 37 % 100) as usize;
+        c.put(&ids[i], &json!({"k": round % 7})).unwrap();
+        longest = longest.max(lines());
+    }
+    assert!(longest <= bound, "the journal grew to {longest} lines");
+    assert!(longest > 1024, "it was compacted, not never written");
+    c.close().unwrap();
+    // The next open loads a journal of about the records' size and
+    // agrees with the files.
+    assert!(lines() <= bound);
+    let mut c = Collection::open(dir.path()).unwrap();
+    for k in 0..7 {
+        let found: Vec<Id> = c
+            .find("k", &json!(k), None, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(found, brute(&c, "k", &json!(k)), "k = {k}");
+    }
+    assert_eq!(c.stats().unwrap().indexes, vec![("k".to_string(), 100)]);
+    assert!(c.recovery().rebuilt_because.is_none(), "{:?}", c.recovery());
+    c.close().unwrap();
+}
