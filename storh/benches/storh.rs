@@ -162,7 +162,7 @@ fn docstore(cr: &mut Criterion) {
 
 fn appends(cr: &mut Criterion) {
     let payload = vec![b'e'; 128];
-    let frame_len = storh::record::frame(&payload).len() as u64;
+    let frame_len = storh::record::frame(0, &payload).len() as u64;
     let tmp = tempfile::tempdir().unwrap();
     let mut g = cr.benchmark_group("append_128B_durable");
     g.throughput(Throughput::Bytes(frame_len));
@@ -178,7 +178,7 @@ fn appends(cr: &mut Criterion) {
         .append(true)
         .open(tmp.path().join("bare"))
         .unwrap();
-    let bytes = storh::record::frame(&payload);
+    let bytes = storh::record::frame(0, &payload);
     g.bench_function("bare_write_fdatasync", |b| {
         b.iter(|| {
             bare.write_all(&bytes).unwrap();

@@ -285,32 +285,23 @@ fn execute(cli: &Cli) -> Result<i32> {
     }
 }
 
-/// Frames of a log or queue file that do not check out, read-only: the
-/// offset where the valid part ends, if it ends before the file does.
-fn damaged_from(path: &Path) -> Result<(u64, Option<u64>)> {
-    let (valid, records) =
-        storh::record::scan(path).with_context(|| format!("reading {}", path.display()))?;
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("reading {}", path.display()))?
-        .len();
-    Ok((records, (valid < len).then_some(valid)))
-}
-
-fn segment_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let seg_dir = dir.join("segments");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&seg_dir)
-        .with_context(|| format!("listing {}", seg_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .collect();
-    files.sort();
-    Ok(files)
+/// The log or queue in `dir`, opened read-only (so this works beside a
+/// running writer and never changes a file), and its check.
+fn verify_records(dir: &Path, kind: Kind) -> Result<storh::verify::Verified> {
+    let what = || format!("verifying {}", dir.display());
+    if kind == Kind::Log {
+        let log = storh::log::SegmentedLog::open_read_only(dir).with_context(what)?;
+        Ok(log.verify().with_context(what)?)
+    } else {
+        let queue = storh::queue::Queue::open_read_only(dir).with_context(what)?;
+        Ok(queue.verify().with_context(what)?)
+    }
 }
 
 fn verify(dir: &Path) -> Result<i32> {
     let mut problems = 0u64;
-    let mut report = |path: &Path, reason: String| {
-        println!("{}: {reason}", path.display());
+    let mut report = |line: String| {
+        println!("{line}");
         problems += 1;
     };
     let good = match kind(dir)? {
@@ -319,28 +310,16 @@ fn verify(dir: &Path) -> Result<i32> {
                 with_bar(c.count_files()?, "verifying", |p| Ok(c.verify_with(p)?))
             })?;
             for f in findings {
-                report(&f.path, f.reason);
+                report(format!("{}: {}", f.path.display(), f.reason));
             }
             ok
         }
         k @ (Kind::Log | Kind::Queue) => {
-            let files = if k == Kind::Log {
-                segment_files(dir)?
-            } else {
-                vec![dir.join("queue.log")]
-            };
-            let mut ok = 0;
-            for path in files {
-                let (records, damaged) = damaged_from(&path)?;
-                ok += records;
-                if let Some(at) = damaged {
-                    report(
-                        &path,
-                        format!("damaged or torn from byte {at} (a checksum or length that does not check out)"),
-                    );
-                }
+            let verified = verify_records(dir, k)?;
+            for f in &verified.findings {
+                report(f.to_string());
             }
-            ok
+            verified.records
         }
     };
     eprintln!("storh: {good} good records, {problems} problems");
@@ -368,32 +347,33 @@ fn stats(dir: &Path) -> Result<Value> {
             })
         }
         Kind::Log => {
-            let files = segment_files(dir)?;
-            let (mut records, mut bytes) = (0, 0);
-            for path in &files {
-                records += damaged_from(path)?.0;
-                bytes += std::fs::metadata(path).map_or(0, |m| m.len());
-            }
-            json!({"kind": "log", "segments": files.len(), "records": records, "bytes": bytes})
+            let log = storh::log::SegmentedLog::open_read_only(dir)
+                .with_context(|| format!("opening {}", dir.display()))?;
+            let verified = log.verify()?;
+            json!({
+                "kind": "log",
+                "segments": log.segment_count(),
+                "records": verified.records,
+                "bytes": verified.bytes,
+                "problems": verified.findings.len(),
+            })
         }
         Kind::Queue => {
-            let path = dir.join("queue.log");
-            let (records, _) = damaged_from(&path)?;
-            let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
-            let mut consumers = serde_json::Map::new();
-            if let Ok(entries) = std::fs::read_dir(dir.join("consumers")) {
-                for e in entries.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    if name.ends_with(".tmp") {
-                        continue;
-                    }
-                    let position = std::fs::read_to_string(e.path())
-                        .ok()
-                        .and_then(|t| t.trim().parse::<u64>().ok());
-                    consumers.insert(name, json!(position));
-                }
-            }
-            json!({"kind": "queue", "records": records, "bytes": bytes, "consumers": consumers})
+            let queue = storh::queue::Queue::open_read_only(dir)
+                .with_context(|| format!("opening {}", dir.display()))?;
+            let verified = queue.verify()?;
+            let consumers: serde_json::Map<String, Value> = queue
+                .consumers()?
+                .into_iter()
+                .map(|(name, position)| (name, json!(position)))
+                .collect();
+            json!({
+                "kind": "queue",
+                "records": verified.records,
+                "bytes": verified.bytes,
+                "consumers": consumers,
+                "problems": verified.findings.len(),
+            })
         }
     })
 }

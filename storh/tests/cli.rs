@@ -218,18 +218,34 @@ fn logs_and_queues_are_verified_and_measured() {
     let out = storh(&log_dir, &["verify"]);
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8(out.stdout).unwrap();
+    let first = stdout.lines().next().unwrap_or_default();
     assert!(
-        stdout.starts_with(&format!("{}: damaged", files[1].display())),
+        first.starts_with(&format!("{}: offsets ", files[1].display()))
+            && first.contains("damaged bytes"),
         "{stdout}"
     );
+    assert_eq!(stdout.lines().count(), 1, "{stdout}");
+    // A segment gone from the middle: the offsets it held are named, at
+    // the segment after the gap.
+    std::fs::remove_file(&files[2]).unwrap();
+    let out = storh(&log_dir, &["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let gap = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{}: offsets ", files[3].display())))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(gap.contains("a segment is missing"), "{gap}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
 
     let queue_dir = tmp.path().join("queue");
     let mut q = storh::queue::Queue::open(&queue_dir).unwrap();
     for i in 0..10u32 {
         q.append(format!("event {i}").as_bytes()).unwrap();
     }
-    let (events, next) = q.read("mailer", 4).unwrap();
-    assert_eq!(events.len(), 4);
+    let batch = q.read("mailer", 4).unwrap();
+    assert_eq!(batch.events.len(), 4);
+    let next = batch.next;
     q.ack("mailer", next).unwrap();
     drop(q);
     let stats: Value = serde_json::from_str(&ok(&queue_dir, &["stats"])).unwrap();

@@ -20,10 +20,7 @@ impl Collection {
     /// Stores `value` under `id`, replacing what was there.
     pub fn put(&mut self, id: &str, value: &Value) -> Result<()> {
         let path = self.path_of(id)?;
-        let text = serde_json::to_vec_pretty(value).map_err(|e| DocError::Json {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let text = encode(&path, value)?;
         self.journal_append(&index::intent_line(id))?;
         let written = write_durably(&path, &text)
             .and_then(|()| self.journal_append(&index::put_lines(&self.fields, id, value)));
@@ -35,6 +32,7 @@ impl Collection {
         if let Some(state) = &mut self.index {
             state.set_record(id, Some(Some(value)));
         }
+        self.compact_journal_if_long();
         Ok(())
     }
 
@@ -68,10 +66,7 @@ impl Collection {
         let mut staged = Vec::with_capacity(docs.len());
         for (id, doc) in ids.iter().zip(docs) {
             let path = self.path_of(id)?;
-            let text = serde_json::to_vec_pretty(doc).map_err(|e| DocError::Json {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
+            let text = encode(&path, doc)?;
             staged.push((path, text));
         }
         let intents: String = ids.iter().map(|id| index::intent_line(id)).collect();
@@ -96,6 +91,7 @@ impl Collection {
                 state.set_record(id, Some(Some(doc)));
             }
         }
+        self.compact_journal_if_long();
         Ok(ids)
     }
 
@@ -113,10 +109,12 @@ impl Collection {
     /// The record `id`, if it exists. Comments in the file are accepted.
     pub fn get(&self, id: &str) -> Result<Option<Value>> {
         let path = self.path_of(id)?;
-        match std::fs::read(&path) {
+        match read_bounded(&path) {
             Ok(bytes) => parse_jsonc(&path, &bytes).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(&path)(e)),
+            Err(DocError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -142,6 +140,7 @@ impl Collection {
         if let Some(state) = &mut self.index {
             state.set_record(id, None);
         }
+        self.compact_journal_if_long();
         Ok(existed)
     }
 
@@ -155,6 +154,74 @@ impl Collection {
             Err(e) => Err(io(&path)(e)),
         }
     }
+}
+
+/// The deepest nesting of arrays and objects a record may have: the JSON
+/// reader refuses a 128th level (`[]` is one level, a scalar none).
+pub const RECORD_DEPTH_MAX: usize = 127;
+/// The largest record file written or read (its JSON text).
+pub const RECORD_BYTES_MAX: usize = 16 << 20;
+
+/// How deeply `value` nests, counted without recursion (so a hostile
+/// value cannot overflow the stack here), stopping once past `limit`.
+fn depth_beyond(value: &Value, limit: usize) -> Option<usize> {
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        if depth + 1 > limit {
+            return Some(depth + 1);
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    None
+}
+
+/// The text a record is stored as, or why `get` could not read it back
+/// (nothing is written then).
+fn encode(path: &Path, value: &Value) -> Result<Vec<u8>> {
+    if let Some(depth) = depth_beyond(value, RECORD_DEPTH_MAX) {
+        return Err(DocError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it nests at least {depth} levels deep; the reader allows {RECORD_DEPTH_MAX}"
+            ),
+        });
+    }
+    let text = serde_json::to_vec_pretty(value).map_err(|e| DocError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if text.len() > RECORD_BYTES_MAX {
+        return Err(DocError::Unreadable {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it is {} bytes as JSON; a record may have {RECORD_BYTES_MAX}",
+                text.len()
+            ),
+        });
+    }
+    Ok(text)
+}
+
+/// Reads a record file of at most [`RECORD_BYTES_MAX`] bytes.
+pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    let mut bytes = Vec::new();
+    file.take(RECORD_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io(path))?;
+    if bytes.len() > RECORD_BYTES_MAX {
+        return Err(DocError::Json {
+            path: path.to_path_buf(),
+            message: format!("the file is over the limit of {RECORD_BYTES_MAX} bytes"),
+        });
+    }
+    Ok(bytes)
 }
 
 /// Parses JSON with `//` and `/* */` comments.

@@ -57,6 +57,16 @@ pub(super) fn settle(dir: &Path, usable: bool) -> Result<bool> {
     Ok(false)
 }
 
+/// Lines a journal may hold beyond twice what its indexes need before it
+/// is rewritten.
+const COMPACT_LINES_MIN: u64 = 1024;
+
+/// Whether a journal of `lines` is long enough to be rewritten from
+/// `state`: more than twice its snapshot and [`COMPACT_LINES_MIN`] more.
+fn too_long(lines: u64, state: &IndexState) -> bool {
+    lines > 2 * state.live_lines() + COMPACT_LINES_MIN
+}
+
 /// Whether the file ends with a newline (read from its last byte only).
 fn ends_with_newline(path: &Path) -> bool {
     let Ok(mut f) = File::open(path) else {
@@ -86,7 +96,11 @@ impl Collection {
         }
         if let Some(j) = &mut self.journal {
             // One write per call, so a killed writer leaves whole lines.
-            if let Err(e) = j.write_all(lines.as_bytes()) {
+            let written = j.write_all(lines.as_bytes());
+            if written.is_ok() {
+                self.journal_lines += lines.bytes().filter(|&b| b == b'\n').count() as u64;
+            }
+            if let Err(e) = written {
                 // Part of the lines may have landed, and later writes
                 // would not: the journal no longer holds every write.
                 self.abandon_journal();
@@ -131,9 +145,8 @@ impl Collection {
                             state.set_record(id, record.as_ref().map(Option::as_ref));
                         }
                         self.recovery.rechecked += replayed.unfinished.len() as u64;
-                        if !replayed.unfinished.is_empty()
-                            || replayed.lines > 2 * state.live_lines() + 1024
-                        {
+                        self.journal_lines = replayed.lines;
+                        if !replayed.unfinished.is_empty() || too_long(replayed.lines, &state) {
                             self.write_journal(&state)?;
                         }
                         return Ok(state);
@@ -186,8 +199,39 @@ impl Collection {
     fn write_journal(&mut self, state: &IndexState) -> Result<()> {
         // Whatever happens below, appends must not go to a replaced file.
         self.journal = None;
-        write_durably(&self.dir.join(index::JOURNAL), state.snapshot().as_bytes())?;
+        let snapshot = state.snapshot();
+        write_durably(&self.dir.join(index::JOURNAL), snapshot.as_bytes())?;
         self.journal_usable = true;
+        self.journal_lines = snapshot.bytes().filter(|&b| b == b'\n').count() as u64;
         Ok(())
+    }
+
+    /// Rewrites the journal from the indexes once it has grown past
+    /// [`too_long`], so its size stays within a constant factor of the
+    /// indexes' (and the first load after a reopen reads that much, not
+    /// every write ever made). Called between writes, when no write is
+    /// unfinished, so the snapshot says all the journal would. The indexes
+    /// are loaded for it if they are not yet (once per open). A failure is
+    /// not the write's: the journal is left as it was, only longer, and
+    /// the next write tries again.
+    pub(super) fn compact_journal_if_long(&mut self) {
+        if !self.journal_usable {
+            return;
+        }
+        if self.index.is_none() {
+            if self.journal_lines < COMPACT_LINES_MIN {
+                return;
+            }
+            // Loading compacts a long journal itself.
+            let _ = self.index();
+            return;
+        }
+        let Some(state) = self.index.take() else {
+            return;
+        };
+        if too_long(self.journal_lines, &state) {
+            let _ = self.write_journal(&state);
+        }
+        self.index = Some(state);
     }
 }

@@ -52,7 +52,7 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
-pub use crud::parse_jsonc;
+pub use crud::{parse_jsonc, RECORD_BYTES_MAX, RECORD_DEPTH_MAX};
 pub use files::Layout;
 pub use indexes::Stats;
 pub use query::{Hit, StreamPage};
@@ -81,6 +81,8 @@ pub enum DocError {
     NotIndexed { field: String, indexed: Vec<String> },
     #[error("{value} cannot be looked up: only null, booleans, numbers and strings are keys")]
     NotAKey { value: String },
+    #[error("{path}: not written, since it could not be read back: {reason}")]
+    Unreadable { path: PathBuf, reason: String },
     #[error("{path}: {message}")]
     Declared { path: PathBuf, message: String },
 }
@@ -127,6 +129,9 @@ pub struct Collection {
     /// from the files; appends to it would make it look whole, so none
     /// are made.
     journal_usable: bool,
+    /// Lines in the journal: counted from its load (or its last rewrite)
+    /// when the indexes are loaded, else the lines appended since open.
+    journal_lines: u64,
 }
 
 impl Collection {
@@ -156,6 +161,7 @@ impl Collection {
             index: None,
             journal: None,
             journal_usable,
+            journal_lines: 0,
         })
     }
 

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::ops::Bound;
+use std::path::Path;
 
 #[test]
 fn records_live_in_the_bucket_their_id_names() {
@@ -573,5 +574,105 @@ fn a_bad_file_is_reported_and_the_stream_goes_on() {
         .unwrap()
         .last
         .is_none());
+    c.close().unwrap();
+}
+
+/// A value nesting `depth` arrays around a number.
+fn nested(depth: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..depth {
+        v = Value::Array(vec![v]);
+    }
+    v
+}
+
+#[test]
+fn writes_get_could_not_read_back_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Collection::open(dir.path()).unwrap();
+    c.create_index("k").unwrap();
+    // The deepest record the reader takes is stored and read back.
+    let deepest = json!({ "k": 1, "v": nested(RECORD_DEPTH_MAX - 1) });
+    let id = c.insert(&deepest).unwrap();
+    assert_eq!(c.get(&id).unwrap(), Some(deepest.clone()));
+    let journal = std::fs::read(dir.path().join(index::JOURNAL)).unwrap();
+    let files_before = c.count_files().unwrap();
+    // One level more, and a record over the size limit.
+    let too_deep = json!({ "k": 2, "v": nested(RECORD_DEPTH_MAX) });
+    let text = serde_json::to_string(&too_deep).unwrap();
+    assert!(
+        parse_jsonc(Path::new("x"), text.as_bytes()).is_err(),
+        "the reader refuses it"
+    );
+    let too_big = json!({ "k": 3, "v": "x".repeat(RECORD_BYTES_MAX) });
+    for (what, doc) in [("deep", &too_deep), ("big", &too_big)] {
+        let e = c.insert(doc).unwrap_err();
+        assert!(matches!(e, DocError::Unreadable { .. }), "{what}: {e}");
+        let e = c.put(&id, doc).unwrap_err().to_string();
+        assert!(e.contains("could not be read back"), "{what}: {e}");
+        let e = c.insert_many(&[json!({"k": 4}), doc.clone()]).unwrap_err();
+        assert!(matches!(e, DocError::Unreadable { .. }), "{what}: {e}");
+        let changed = c.update(&id, |d| *d = doc.clone());
+        assert!(
+            matches!(changed, Err(DocError::Unreadable { .. })),
+            "{what}"
+        );
+    }
+    assert!(c
+        .insert(&nested(RECORD_DEPTH_MAX + 1000))
+        .unwrap_err()
+        .to_string()
+        .contains(&format!("allows {RECORD_DEPTH_MAX}")));
+    // Nothing was written: no file, no journal line, the old record whole.
+    assert_eq!(c.count_files().unwrap(), files_before);
+    assert_eq!(
+        std::fs::read(dir.path().join(index::JOURNAL)).unwrap(),
+        journal
+    );
+    assert_eq!(c.get(&id).unwrap(), Some(deepest));
+    assert_eq!(c.find("k", &json!(4), None, 10).unwrap(), vec![]);
+    c.close().unwrap();
+}
+
+#[test]
+fn a_long_running_writer_keeps_its_journal_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Collection::open(dir.path()).unwrap();
+    c.create_index("k").unwrap();
+    let ids = c
+        .insert_many(&(0..100).map(|i| json!({"k": i % 7})).collect::<Vec<_>>())
+        .unwrap();
+    c.close().unwrap();
+    // A new writer that never queries: only its writes can load the
+    // indexes to compact.
+    let mut c = Collection::open(dir.path()).unwrap();
+    let journal = dir.path().join(index::JOURNAL);
+    let lines = || std::fs::read_to_string(&journal).unwrap().lines().count() as u64;
+    // 100 records with one entry each, and a header: 201 lines whole.
+    let bound = 3 * 201 + 1024 + 16;
+    let mut longest = 0;
+    for round in 0..4_000u64 {
+        let i = (round * 37 % 100) as usize;
+        c.put(&ids[i], &json!({"k": round % 7})).unwrap();
+        longest = longest.max(lines());
+    }
+    assert!(longest <= bound, "the journal grew to {longest} lines");
+    assert!(longest > 1024, "it was compacted, not never written");
+    c.close().unwrap();
+    // The next open loads a journal of about the records' size and
+    // agrees with the files.
+    assert!(lines() <= bound);
+    let mut c = Collection::open(dir.path()).unwrap();
+    for k in 0..7 {
+        let found: Vec<Id> = c
+            .find("k", &json!(k), None, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(found, brute(&c, "k", &json!(k)), "k = {k}");
+    }
+    assert_eq!(c.stats().unwrap().indexes, vec![("k".to_string(), 100)]);
+    assert!(c.recovery().rebuilt_because.is_none(), "{:?}", c.recovery());
     c.close().unwrap();
 }

@@ -1,0 +1,164 @@
+//! One writer per log or queue, across processes: a child process appends
+//! without pause and prints each offset once its append has returned
+//! (durable); the test, a second process, is refused as a writer (told the
+//! child's pid), opens a reader alongside, and after SIGKILLing the child
+//! finds every acknowledged record at its offset.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use storh::log::{LogError, SegmentedLog};
+use storh::queue::{Queue, QueueError};
+
+const CHILD: &str = "STORH_WRITER_CHILD";
+/// Small segments, so the child rolls many while it runs.
+const SEGMENT_BYTES: u64 = 4096;
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("event {i} {}", "p".repeat((i % 50) as usize)).into_bytes()
+}
+
+/// One durable append; returns the offset.
+type Append = dyn FnMut(&[u8]) -> u64;
+
+/// Run as the child: `log:<dir>` or `queue:<dir>` in the environment.
+#[test]
+fn child_appender() {
+    let Ok(what) = std::env::var(CHILD) else {
+        return; // an ordinary test run
+    };
+    let (kind, dir) = what.split_once(':').expect("kind:dir");
+    let mut append: Box<Append> = if kind == "log" {
+        let mut log = SegmentedLog::open(dir, SEGMENT_BYTES).expect("open the log");
+        Box::new(move |p| log.append(p).expect("append"))
+    } else {
+        let mut q = Queue::open(dir).expect("open the queue");
+        Box::new(move |p| q.append(p).expect("append"))
+    };
+    for i in 0.. {
+        let offset = append(&payload(i));
+        println!("acked {i} {offset}");
+    }
+}
+
+fn spawn(kind: &str, dir: &Path) -> (Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_appender",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, format!("{kind}:{}", dir.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    (child, out)
+}
+
+/// Reads the child's acknowledgements until `n` have come (or, with `None`,
+/// to the end of its output).
+fn acked(out: &mut BufReader<ChildStdout>, into: &mut Vec<(u64, u64)>, n: Option<usize>) {
+    let mut line = String::new();
+    while n.is_none_or(|n| into.len() < n) {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        // The first one shares its line with the harness's "test
+        // child_appender ... ".
+        if let Some(rest) = line.find("acked ").map(|at| line[at + 6..].trim()) {
+            let (i, offset) = rest.split_once(' ').unwrap();
+            into.push((i.parse().unwrap(), offset.parse().unwrap()));
+        }
+    }
+}
+
+/// Asserts that `events` are the acknowledged appends `seen`, in order.
+fn same(events: &[(u64, Vec<u8>)], seen: &[(u64, u64)]) {
+    assert_eq!(events.len(), seen.len());
+    for (e, &(i, offset)) in events.iter().zip(seen) {
+        assert_eq!(e.0, offset, "the offset of event {i}");
+        assert!(
+            e.1 == payload(i),
+            "event {i}: {:?}",
+            String::from_utf8_lossy(&e.1)
+        );
+    }
+}
+
+#[test]
+fn a_second_log_writer_is_refused_while_a_child_appends_and_nothing_acked_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let (mut child, mut out) = spawn("log", &dir);
+    let mut seen = Vec::new();
+    acked(&mut out, &mut seen, Some(300));
+    match SegmentedLog::open(&dir, SEGMENT_BYTES) {
+        Err(e @ LogError::Locked { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&format!("pid {}", child.id())), "{text}");
+        }
+        other => panic!("a second writer was not refused: {:?}", other.err()),
+    }
+    // A reader alongside sees every record acknowledged before it opened.
+    let reader = SegmentedLog::open_read_only(&dir).unwrap();
+    for &(i, offset) in &seen {
+        assert_eq!(reader.read(offset).unwrap().0, payload(i), "record {i}");
+    }
+    acked(&mut out, &mut seen, Some(600));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    acked(&mut out, &mut seen, None);
+    let log = SegmentedLog::open(&dir, SEGMENT_BYTES).unwrap();
+    assert!(log.segment_count() > 5, "the child rolled segments");
+    for &(i, offset) in &seen {
+        assert_eq!(log.read(offset).unwrap().0, payload(i), "record {i}");
+    }
+    let v = log.verify().unwrap();
+    assert!(v.findings.is_empty(), "{:?}", v.findings);
+    assert!(v.records >= seen.len() as u64);
+    // The records come back in the order they were appended.
+    let order: Vec<u64> = log
+        .iter_from(0)
+        .map(|r| r.unwrap().0)
+        .take(seen.len())
+        .collect();
+    assert_eq!(order, seen.iter().map(|s| s.1).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_second_queue_writer_is_refused_while_a_child_appends_and_nothing_acked_is_lost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("queue");
+    let (mut child, mut out) = spawn("queue", &dir);
+    let mut seen = Vec::new();
+    acked(&mut out, &mut seen, Some(300));
+    match Queue::open(&dir) {
+        Err(e @ QueueError::Locked { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(&format!("pid {}", child.id())), "{text}");
+        }
+        other => panic!(
+            "a second writer was not refused: {:?}",
+            other.err().map(|e| e.to_string())
+        ),
+    }
+    let reader = Queue::open_read_only(&dir).unwrap();
+    let batch = reader.read("reader", seen.len()).unwrap();
+    same(&batch.events, &seen);
+    reader.ack("reader", batch.next).unwrap();
+    acked(&mut out, &mut seen, Some(600));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    acked(&mut out, &mut seen, None);
+    let q = Queue::open(&dir).unwrap();
+    let all = q.read("check", usize::MAX).unwrap();
+    assert!(all.damaged.is_empty());
+    assert!(all.events.len() >= seen.len());
+    same(&all.events[..seen.len()], &seen);
+    // The reader's acknowledgement holds: it goes on after what it read.
+    let rest = q.read("reader", 1).unwrap();
+    assert_eq!(rest.events[0].0, seen[300].1);
+}
