@@ -6,7 +6,11 @@
 //! (which loads the indexes), `get`, one `stream` page of 100 deep in the
 //! large one, `stream` throughput, an indexed `find`, a durable `put`; a
 //! durable insert and a batch insert; then SegmentedLog and Queue appends
-//! beside a bare `write` + `fdatasync` loop of the same bytes. Under `cargo test` the
+//! beside a bare `write` + `fdatasync` loop of the same bytes; and the first
+//! indexed query after a reopen of a collection whose records were
+//! rewritten many times (200k records, 1M writes in all, built once;
+//! `STORH_BENCH_REWRITTEN=RECORDS,WRITES` changes the sizes and
+//! `STORH_BENCH_TMP` where that fixture is kept). Under `cargo test` the
 //! collections are small and every bench runs once, as a check.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -14,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use storh::docstore::Collection;
 
 fn bench_mode() -> bool {
@@ -188,5 +192,96 @@ fn appends(cr: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, docstore, appends);
+/// The rewritten collection's record count and total writes.
+fn rewritten_sizes() -> (usize, usize) {
+    if !bench_mode() {
+        return (1_000, 3_000);
+    }
+    std::env::var("STORH_BENCH_REWRITTEN")
+        .ok()
+        .and_then(|s| {
+            let (r, w) = s.split_once(',')?;
+            Some((r.parse().ok()?, w.parse().ok()?))
+        })
+        .unwrap_or((200_000, 1_000_000))
+}
+
+/// A collection of `records` records with an index on `team`, given
+/// `writes` writes in all in one session: the inserts (`insert_many`),
+/// then durable `put`s of existing records in turn, each with a new `n`
+/// and `team`. Built once, closed; the journal it closed with is kept
+/// beside it (`<dir>.journal`) so that every timed reopen starts from it,
+/// whatever a load before rewrote. Returns the collection and that copy.
+fn rewritten_fixture(records: usize, writes: usize) -> (PathBuf, PathBuf) {
+    let base = std::env::var_os("STORH_BENCH_TMP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    let dir = base.join(format!("storh-bench-rewritten-{records}-{writes}"));
+    let saved = dir.with_extension("journal");
+    if saved.exists() {
+        return (dir, saved);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&base).expect("create the fixture's parent");
+    let mut c = Collection::open(&dir).expect("open the bench collection");
+    c.create_index("team").expect("create the index");
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(records);
+    for start in (0..records).step_by(5_000) {
+        let docs: Vec<Value> = (start..records.min(start + 5_000)).map(doc).collect();
+        ids.extend(c.insert_many(&docs).expect("insert a batch"));
+    }
+    for w in records..writes {
+        c.put(&ids[w % records], &doc(w)).expect("rewrite a record");
+        if (w + 1) % 100_000 == 0 {
+            eprintln!(
+                "rewritten fixture: {} writes in {:.0?}",
+                w + 1,
+                started.elapsed()
+            );
+        }
+    }
+    c.close().expect("close the bench collection");
+    std::fs::copy(dir.join("index.log"), &saved).expect("keep the journal");
+    (dir, saved)
+}
+
+fn reopen(cr: &mut Criterion) {
+    let (records, writes) = rewritten_sizes();
+    let (dir, saved) = rewritten_fixture(records, writes);
+    let journal = dir.join("index.log");
+    let text = std::fs::read(&saved).unwrap();
+    eprintln!(
+        "rewritten fixture: journal of {} lines, {} bytes at reopen",
+        text.iter().filter(|&&b| b == b'\n').count(),
+        text.len()
+    );
+    drop(text);
+    let mut g = cr.benchmark_group("docstore_reopen");
+    g.sample_size(10);
+    g.bench_function(
+        BenchmarkId::new(
+            "open_and_first_find",
+            format!("{records}_records_{writes}_writes"),
+        ),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    std::fs::copy(&saved, &journal).unwrap();
+                    let started = Instant::now();
+                    let mut c = Collection::open(&dir).unwrap();
+                    let found = c.find("team", &json!("t7"), None, 10).unwrap();
+                    spent += started.elapsed();
+                    assert_eq!(found.len(), 10);
+                    c.close().unwrap();
+                }
+                spent
+            })
+        },
+    );
+    g.finish();
+}
+
+criterion_group!(benches, docstore, appends, reopen);
 criterion_main!(benches);
