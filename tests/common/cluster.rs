@@ -1253,7 +1253,23 @@ impl Cluster {
         if self.nodes[i].proc.child.is_some() {
             self.nodes[i].proc.terminate(Duration::from_secs(10));
         }
-        let r = self.spawn_node(i).and_then(|_| self.wait_node_ready(i));
+        let mut r = self.spawn_node(i).and_then(|_| self.wait_node_ready(i));
+        // A replica SIGKILLed between writing a part and registering it in
+        // ZooKeeper finds that part "unexpected" and, when it is most of a
+        // small table, refuses to start. What an operator does then: the
+        // force_restore_data flag (the server moves the parts aside and
+        // fetches them from the other replica).
+        if let Err(e) = &r {
+            if e.contains("doesn't look like the set of parts in ZooKeeper") {
+                eprintln!(
+                    "s{shard}r{replica}: unexpected parts after the kill; force_restore_data"
+                );
+                let flags = self.nodes[i].dir.join("data/flags");
+                let _ = std::fs::create_dir_all(&flags);
+                let _ = std::fs::write(flags.join("force_restore_data"), b"");
+                r = self.spawn_node(i).and_then(|_| self.wait_node_ready(i));
+            }
+        }
         if let Err(e) = r {
             panic!("restart: {e}");
         }
