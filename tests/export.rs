@@ -973,10 +973,10 @@ fn a_shard_file_rolled_back_under_its_cursor_loses_and_duplicates_nothing() {
     emit(&host.data, 0, "three", 1500);
     emit(&host.data, 1, "three", 1500);
     wait_exported(&host, Duration::from_secs(90));
-    assert_eq!(
-        host.logged("holds fewer rows than were exported"),
-        2,
-        "both tables of shard-000 found rolled back:\n{}",
+    // The events table always (gaps only if a ring lapped in between).
+    assert!(
+        host.logged("holds fewer rows than were exported") >= 1,
+        "shard-000 found rolled back:\n{}",
         host.log()
     );
     let (now, _) = local(&host.data);
