@@ -132,6 +132,22 @@ impl ExportState {
         }
     }
 
+    /// Runs `f` in one transaction, committed if it succeeds (rolled back
+    /// when the transaction is dropped otherwise).
+    fn in_transaction(
+        &mut self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<()>,
+    ) -> Result<(), StateError> {
+        let path = &self.path;
+        let err = |source| StateError {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(err)?;
+        f(&tx).map_err(err)?;
+        tx.commit().map_err(err)
+    }
+
     /// Where `instance`'s `table` stands (nothing exported, nothing
     /// pending, for an instance never seen).
     pub fn position(&self, instance: &str, table: Table) -> Result<Position, StateError> {
@@ -180,10 +196,7 @@ impl ExportState {
     /// goes back to `newest`, the intent is dropped, and the ids up to the
     /// old cursor are marked as rolled back, in one transaction.
     pub fn rewind(&mut self, instance: &str, table: Table, newest: i64) -> Result<(), StateError> {
-        let path = self.path.clone();
-        let err = |source| StateError { path, source };
-        let tx = self.conn.transaction().map_err(err.clone())?;
-        let run = || -> rusqlite::Result<()> {
+        self.in_transaction(|tx| {
             tx.execute(
                 "INSERT INTO rolled_back (instance, tbl, through) \
                  SELECT instance, tbl, exported_through FROM cursors \
@@ -201,11 +214,7 @@ impl ExportState {
                 params![instance, table.name()],
             )?;
             Ok(())
-        };
-        match run() {
-            Ok(()) => tx.commit().map_err(err),
-            Err(e) => Err(err(e)),
-        }
+        })
     }
 
     /// Records `intent` (replacing any earlier one), durably, before the
@@ -237,13 +246,7 @@ impl ExportState {
         file: &str,
         through: i64,
     ) -> Result<(), StateError> {
-        let path = self.path.clone();
-        let err = |source| StateError { path, source };
-        let tx = match self.conn.transaction() {
-            Ok(tx) => tx,
-            Err(e) => return Err(err(e)),
-        };
-        let run = || -> rusqlite::Result<()> {
+        self.in_transaction(|tx| {
             tx.execute(
                 "INSERT INTO cursors (instance, tbl, file, exported_through) \
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT (instance, tbl) DO UPDATE SET \
@@ -256,11 +259,7 @@ impl ExportState {
                 params![instance, table.name()],
             )?;
             Ok(())
-        };
-        match run() {
-            Ok(()) => tx.commit().map_err(err),
-            Err(e) => Err(err(e)),
-        }
+        })
     }
 
     /// Every instance the state knows, with its file name when last seen
