@@ -9,7 +9,7 @@
 //!    export status shows every file's events and gaps exported; beside it
 //!    the **bare insert rate** of ClickHouse for the same rows: read from
 //!    the same shard files and encoded by the library's own encoder
-//!    (`ShardSource`, `Rows::encode`) into the same batches before the
+//!    (`ShardSource::after`, which encodes as it reads) into the same batches before the
 //!    clock starts, then POSTed in a tight loop through the same
 //!    Distributed table of the same server with the exporter's insert
 //!    settings, one thread per file like the export workers.
@@ -38,7 +38,7 @@ use crate::{report, Args};
 use anyhow::{bail, Context};
 use eventd::export::clickhouse::{ident, quote, Client, Endpoint};
 use eventd::export::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
-use eventd::export::source::ShardSource;
+use eventd::export::source::{Encoding, ShardSource};
 use eventd::export::state::Table;
 use eventd::export::ExportReport;
 use hdrhistogram::Histogram;
@@ -57,6 +57,12 @@ const HOST: &str = "perf-host";
 /// The batch size the format comparison, the ingest and lag phases use
 /// (the shipped default).
 const BATCH_DEFAULT: u64 = eventd::config::EXPORT_BATCH_ROWS_DEFAULT;
+
+/// How every batch of the scenario is encoded (as the exporter of `HOST`
+/// encodes it).
+fn encoding(format: Format) -> Encoding<'static> {
+    Encoding { format, host: HOST }
+}
 
 /// When the scenario started (for the progress lines).
 static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
@@ -323,14 +329,14 @@ fn encode_all(
         for table in Table::ALL {
             let mut after = 0;
             loop {
-                let rows = source.after(table, after, batch)?;
+                let rows = source.after(table, after, batch, encoding(format))?;
                 let Some(last) = rows.last_id() else {
                     break;
                 };
                 after = last;
                 bodies.push(Body {
                     table,
-                    bytes: rows.encode(format, HOST, &source.instance),
+                    bytes: rows.body().to_vec(),
                 });
             }
         }
@@ -429,13 +435,12 @@ fn bare_thread(
                 for table in Table::ALL {
                     let mut after = 0;
                     loop {
-                        let rows = source.after(table, after, batch)?;
+                        let rows = source.after(table, after, batch, encoding(format))?;
                         let Some(last) = rows.last_id() else {
                             break;
                         };
                         after = last;
-                        let body = rows.encode(format, HOST, &source.instance);
-                        send(client, db, table, format, &body, &query_id())?;
+                        send(client, db, table, format, rows.body(), &query_id())?;
                     }
                 }
             }

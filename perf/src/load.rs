@@ -1,5 +1,6 @@
 //! The load: one producer thread per attached ring, pinned to that ring's
-//! CPU, emitting into it.
+//! CPU, emitting into it (or, for many simulated rings, a few threads that
+//! take the rings in turn).
 //!
 //! Two modes:
 //! - **flat out**: as fast as the pipeline drains. A producer emits without
@@ -53,20 +54,35 @@ pub fn start(
     sizes: Sizes,
     stop: Arc<AtomicBool>,
 ) -> Vec<Producer> {
-    let per_producer = per_producer(mode, rings.len());
-    rings
-        .iter()
-        .enumerate()
-        .map(|(i, ring)| {
-            let ring = ring.clone();
+    start_spread(rings, rings.len(), mode, sizes, stop)
+}
+
+/// Starts `threads` producer threads (at most one per ring) until `stop` is
+/// set; thread `t` takes rings `t`, `t + threads`, ... in turn. One thread
+/// per ring is pinned to its ring's CPU; a thread with several rings is
+/// pinned to none (the scale scenario's rings outnumber the CPUs).
+pub fn start_spread(
+    rings: &[Arc<Ring>],
+    threads: usize,
+    mode: Mode,
+    sizes: Sizes,
+    stop: Arc<AtomicBool>,
+) -> Vec<Producer> {
+    let threads = threads.clamp(1, rings.len().max(1));
+    let per_thread = per_producer(mode, threads);
+    (0..threads)
+        .map(|t| {
+            let mine: Vec<Arc<Ring>> = rings.iter().skip(t).step_by(threads).cloned().collect();
             let stop = stop.clone();
             let counts = Arc::new(Counts::default());
             let c = counts.clone();
             let handle = std::thread::Builder::new()
-                .name(format!("load-{}", ring.cpu()))
+                .name(format!("load-{t}"))
                 .spawn(move || {
-                    pin_to(ring.cpu());
-                    produce(&ring, per_producer, sizes, &stop, &c, i as u64);
+                    if let [ring] = mine.as_slice() {
+                        pin_to(ring.cpu());
+                    }
+                    produce(&mine, per_thread, sizes, &stop, &c, t as u64);
                 })
                 .expect("spawning a load thread");
             Producer { handle, counts }
@@ -93,34 +109,38 @@ pub fn pin_to(cpu: u32) {
     }
 }
 
-/// Emits into `ring` until `stop` is set, keeping `counts` current.
+/// Emits into `rings`, in turn, until `stop` is set, keeping `counts`
+/// current. Flat out, a ring whose backlog is over half of it is passed
+/// over, and the thread naps 1 ms when every ring is; at a fixed rate
+/// (`per_second` for all of them) the events of each 1 ms tick go round
+/// the rings.
 pub fn produce(
-    ring: &Ring,
+    rings: &[Arc<Ring>],
     per_second: Option<u64>,
     sizes: Sizes,
     stop: &AtomicBool,
     counts: &Counts,
     seed: u64,
 ) {
+    let Some(first) = rings.first() else {
+        return;
+    };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let text: String = (0..sizes.max.max(1))
         .map(|_| rng.random_range(b'a'..=b'z') as char)
         .collect();
-    let high_water = (ring.geometry().page_count as u64 / 2).max(1);
+    let high_water = (first.geometry().page_count as u64 / 2).max(1);
+    // Bursts get shorter with more rings so that each is fed evenly.
+    let burst_max = (256 / rings.len() as u64).max(32);
     // Once: `process::id` is a system call each time.
     let pid = std::process::id();
     let (mut sequenced, mut refused) = (0u64, 0u64);
     let start = Instant::now();
     let mut tick = 0u64;
+    let mut next_ring = 0usize;
     while !stop.load(Ordering::Relaxed) {
-        let burst = match per_second {
-            None => {
-                if ring.backlog_pages() >= high_water {
-                    std::thread::sleep(Duration::from_millis(1));
-                    continue;
-                }
-                256
-            }
+        let mut due = match per_second {
+            None => u64::MAX,
             Some(rate) => {
                 // Events due by the end of this 1 ms tick.
                 tick += 1;
@@ -132,17 +152,37 @@ pub fn produce(
                 due.saturating_sub(sequenced + refused)
             }
         };
-        for _ in 0..burst {
-            let len = if sizes.min == sizes.max {
-                sizes.max
-            } else {
-                rng.random_range(sizes.min..=sizes.max)
-            };
-            match ring.emit(&event(&text[..len], eventd::rings::now_ns(), pid)) {
-                Ok(()) | Err(EmitError::Overwritten) => sequenced += 1,
-                Err(EmitError::Busy | EmitError::Gone) => refused += 1,
-                Err(EmitError::Encode(e)) => panic!("the load's events must fit the ring: {e}"),
+        let mut emitted_any = false;
+        // Flat out: one pass over the rings; at a rate: until the tick's
+        // events are out.
+        let mut passes = rings.len();
+        while due > 0 && (per_second.is_some() || passes > 0) {
+            passes = passes.saturating_sub(1);
+            let ring = &rings[next_ring];
+            next_ring = (next_ring + 1) % rings.len();
+            if per_second.is_none() && ring.backlog_pages() >= high_water {
+                continue;
             }
+            let burst = burst_max.min(due);
+            due -= burst;
+            emitted_any = true;
+            for _ in 0..burst {
+                let len = if sizes.min == sizes.max {
+                    sizes.max
+                } else {
+                    rng.random_range(sizes.min..=sizes.max)
+                };
+                match ring.emit(&event(&text[..len], eventd::rings::now_ns(), pid)) {
+                    Ok(()) | Err(EmitError::Overwritten) => sequenced += 1,
+                    Err(EmitError::Busy | EmitError::Gone) => refused += 1,
+                    Err(EmitError::Encode(e)) => {
+                        panic!("the load's events must fit the ring: {e}")
+                    }
+                }
+            }
+        }
+        if per_second.is_none() && !emitted_any {
+            std::thread::sleep(Duration::from_millis(1));
         }
         counts.sequenced.store(sequenced, Ordering::Relaxed);
         counts.refused.store(refused, Ordering::Relaxed);

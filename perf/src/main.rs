@@ -22,6 +22,7 @@ mod pipeline;
 mod querybench;
 mod report;
 mod running;
+mod scale;
 mod scenarios;
 mod syslogbench;
 mod syslogfloor;
@@ -91,6 +92,15 @@ pub(crate) struct Args {
     /// Seconds of the export scenario's paced load (export lag).
     #[arg(long, default_value_t = 15.0)]
     pub(crate) lag_secs: f64,
+    /// Rings the scale scenario attaches (simulated CPUs), in order.
+    #[arg(long, value_delimiter = ',', default_value = "2,16,64,256")]
+    pub(crate) scale_rings: Vec<u32>,
+    /// StorageShards values the scale scenario runs at each ring count.
+    #[arg(long, value_delimiter = ',', default_value = "0,256")]
+    pub(crate) scale_shards: Vec<i64>,
+    /// Concurrent query clients of the scale scenario.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) queries: usize,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     pub(crate) results: PathBuf,
@@ -127,6 +137,11 @@ pub(crate) enum Scenario {
     /// export on and off, export lag at half rate, CPU per row (--rows,
     /// --batch-rows, --replicas, --duration for ingest, --lag-secs).
     Export,
+    /// eventd as on a bigger machine: N simulated rings (--scale-rings)
+    /// × StorageShards (--scale-shards): start-up, threads, RSS,
+    /// descriptors, events/s beside the ceiling, p99, and --queries
+    /// concurrent queries while it runs. Always the eventd binary.
+    Scale,
     /// Baseline and every sweep.
     All,
 }
@@ -145,6 +160,7 @@ impl Scenario {
             Scenario::Syslog => "syslog",
             Scenario::Export => "export",
             Scenario::Clients => "clients",
+            Scenario::Scale => "scale",
             Scenario::All => "all",
         }
     }
@@ -197,6 +213,10 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::Clients {
             last = Some(clients::run(&setup.eventd, &work, args.messages)?);
+            continue;
+        }
+        if scenario == Scenario::Scale {
+            last = Some(scale::run(&args, &setup.eventd, sizes, &work)?);
             continue;
         }
         if scenario == Scenario::Export {

@@ -151,6 +151,7 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
         | Scenario::Query
         | Scenario::Syslog
         | Scenario::Clients
+        | Scenario::Scale
         | Scenario::Export => {
             unreachable!("handled by main")
         }

@@ -106,6 +106,9 @@ impl Running {
                         .arg("--channel-bytes")
                         .arg(c.bytes.to_string());
                 }
+                if let Some(n) = tunables.simulated_cpus {
+                    cmd.arg("--simulate-cpus").arg(n.to_string());
+                }
                 let mut child = cmd
                     .arg("--data-dir")
                     .arg(&data_dir)
@@ -243,8 +246,22 @@ impl Running {
         Ok(())
     }
 
+    /// The binary's process id (`None` in this process).
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Running::InProcess { .. } => None,
+            Running::Binary { child, .. } => Some(child.id()),
+        }
+    }
+
     /// Takes the measurements and stops the system cleanly.
     pub fn finish(self) -> anyhow::Result<Finished> {
+        self.finish_until(None)
+    }
+
+    /// Like [`Running::finish`]; the binary's latency counts only events
+    /// emitted before `until_ns` when given.
+    pub fn finish_until(self, until_ns: Option<i64>) -> anyhow::Result<Finished> {
         match self {
             Running::InProcess { daemon, state } => {
                 let descriptors = count_fds("/proc/self/fd");
@@ -295,7 +312,7 @@ impl Running {
                 let status = child.wait()?;
                 anyhow::ensure!(status.success(), "eventd exited {status}");
                 let (latency_us, batch_items, commits, shards) =
-                    from_receipts(&data_dir.join("store"))?;
+                    from_receipts(&data_dir.join("store"), until_ns)?;
                 Ok(Finished {
                     latency_us,
                     batch_items,
@@ -328,7 +345,10 @@ fn ring_paths(kmes: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// Latency and batch sizes of the binary, from its files: each event's
 /// timestamp against its receipt's `committed_at` (taken when the commit
 /// began, so the insert time is not included), and items per commit.
-fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64, usize)> {
+fn from_receipts(
+    store: &Path,
+    until_ns: Option<i64>,
+) -> anyhow::Result<(Histogram<u64>, Histogram<u64>, u64, usize)> {
     // The writers' own bounds, so both systems report alike.
     let WriterHistograms {
         latency_us: mut latency,
@@ -341,9 +361,10 @@ fn from_receipts(store: &Path) -> anyhow::Result<(Histogram<u64>, Histogram<u64>
         let c = eventd::store::recovery::open_read_only(path)?;
         let mut stmt = c.prepare(
             "SELECT r.committed_at - e.ts FROM receipts r JOIN events e \
-             ON e.ring_epoch = r.ring_epoch AND e.seq BETWEEN r.first_seq AND r.last_seq",
+             ON e.ring_epoch = r.ring_epoch AND e.seq BETWEEN r.first_seq AND r.last_seq \
+             WHERE e.ts < ?1",
         )?;
-        for us in stmt.query_map([], |r| r.get::<_, i64>(0))? {
+        for us in stmt.query_map([until_ns.unwrap_or(i64::MAX)], |r| r.get::<_, i64>(0))? {
             latency.saturating_record((us?.max(0) as u64 / 1000).max(1));
         }
         let mut stmt =
@@ -473,6 +494,14 @@ impl Producers {
     }
 }
 
+/// Stops producer threads started with `load::start_spread`; returns the
+/// events they sequenced.
+pub fn stop_threads(stop: Arc<AtomicBool>, producers: Vec<load::Producer>) -> anyhow::Result<u64> {
+    Producers::Threads { stop, producers }
+        .stop()
+        .map(|(sequenced, _)| sequenced)
+}
+
 fn parse_counts(text: &str) -> Option<(u64, u64)> {
     let line = text.lines().last()?;
     let mut s = None;
@@ -499,7 +528,8 @@ pub fn producer_process(path: &Path, rate: Option<u64>, sizes: Sizes) -> anyhow:
         s.store(true, Ordering::Relaxed);
     });
     let counts = Counts::default();
-    load::produce(&ring, rate, sizes, &stop, &counts, u64::from(ring.cpu()));
+    let seed = u64::from(ring.cpu());
+    load::produce(&[Arc::new(ring)], rate, sizes, &stop, &counts, seed);
     println!(
         "sequenced={} refused={}",
         counts.sequenced.load(Ordering::Relaxed),

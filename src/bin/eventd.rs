@@ -46,6 +46,10 @@ struct Args {
     /// Export worker threads (0 = one per shard, at most 4); internal.
     #[arg(long, hide = true)]
     export_workers: Option<usize>,
+    /// Attach the rings of CPUs 0..N, not of the online CPUs: for the load
+    /// harness only (`eventd-perf scale` simulates a bigger machine).
+    #[arg(long, hide = true, value_name = "N")]
+    simulate_cpus: Option<u32>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -121,6 +125,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             format: args.export_format.unwrap_or(defaults.export.format),
             workers: args.export_workers.unwrap_or(defaults.export.workers),
         },
+        simulated_cpus: args.simulate_cpus,
     };
     // A drain or writer that stops on its own ends the process (exit 1),
     // so that the service manager restarts it: SIGTERM to ourselves wakes

@@ -137,7 +137,7 @@ impl Daemon {
         // 2. One daemon per data directory.
         let lock = steps::lock_data_dir(settings)?;
         // 3. The rings (R4 ordinals), eventd's syslog ring last.
-        let rings = steps::attach_rings(settings, &policy)?;
+        let rings = steps::attach_rings(settings, &policy, &tunables.cpus())?;
         // 4, 5. The shard count (R1) and the descriptor allowance (R2).
         let layout = steps::plan_shards(settings, &rings)?;
         // 6. The active shards' files (R12; damaged ones left, moved past).

@@ -9,7 +9,7 @@ use crate::access::{self, Policy};
 use crate::channel::HandoffChannel;
 use crate::config::Settings;
 use crate::drain::{Handoff, RingMaker};
-use crate::rings::{online_cpus, AttachedRing, CurrentRing, KmesDir, Ring};
+use crate::rings::{AttachedRing, CurrentRing, KmesDir, Ring};
 use crate::routing::{self, RoutingError};
 use crate::store;
 use std::collections::BTreeSet;
@@ -134,10 +134,14 @@ impl Rings {
 /// Attaches the ring of every online CPU (creating missing ones with the
 /// producer mode, mending or replacing unusable ones) and, if a syslog
 /// socket is on, eventd's own syslog ring.
-pub(super) fn attach_rings(settings: &Settings, policy: &Policy) -> Result<Rings, DaemonError> {
+pub(super) fn attach_rings(
+    settings: &Settings,
+    policy: &Policy,
+    cpus: &[u32],
+) -> Result<Rings, DaemonError> {
     let kmes = KmesDir::new(&settings.kmes_dir);
     let attached = kmes.attach_all(
-        &online_cpus(),
+        cpus,
         settings.ring_bytes as usize,
         policy.mode(access::Kind::Ring),
     )?;

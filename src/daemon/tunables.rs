@@ -22,6 +22,11 @@ pub struct Tunables {
     pub retention_interval: Duration,
     /// The export stage's HTTP deadline, batch format and worker count.
     pub export: crate::export::ExportTunables,
+    /// Attach the rings of CPUs `0..N` instead of the online CPUs: the load
+    /// harness's way to run eventd as on a machine with more CPUs than this
+    /// one has (`eventd-perf scale`). Never set in production: the rings of
+    /// CPUs that do not exist are written only by the harness's producers.
+    pub simulated_cpus: Option<u32>,
 }
 
 /// All channels together hold at most about this many payload bytes.
@@ -38,11 +43,21 @@ impl Default for Tunables {
             channel: None,
             retention_interval: Duration::from_secs(30),
             export: crate::export::ExportTunables::default(),
+            simulated_cpus: None,
         }
     }
 }
 
 impl Tunables {
+    /// The CPUs whose rings are attached: the online ones, or `0..N` when
+    /// simulated.
+    pub fn cpus(&self) -> Vec<u32> {
+        match self.simulated_cpus {
+            Some(n) => (0..n.max(1)).collect(),
+            None => crate::rings::online_cpus(),
+        }
+    }
+
     /// The channel capacity for `shards` shards: 4 MiB and 4096 slots each
     /// (a writer's batch is about one channel-full, and bigger commits are
     /// cheaper), shrinking with many shards so that all channels together

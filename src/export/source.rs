@@ -3,115 +3,105 @@
 //! reading the same range again gives the same rows in the same order (a
 //! row can only have gone since, deleted by retention).
 
-use super::format::{self, Format, Origin};
+use super::format::{self, EventView, Format, Origin};
 use super::state::Table;
-use crate::store::rows::{EventRow, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
+use crate::store::rows::{GapRow, EVENT_COLUMNS, GAP_COLUMNS};
+use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 
-/// What names one row whatever file or id it has: see [`Rows::identities`].
+/// What names one row whatever file or id it has: see [`Batch::identities`].
 pub type Identity = (i64, u32, u64, u64);
 
-/// Rows of one table of one shard, each with its id, in id order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Rows {
-    Events(Vec<(i64, EventRow)>),
-    Gaps(Vec<(i64, GapRow)>),
+/// What the worker needs to know of one row of a batch besides its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    id: i64,
+    identity: Identity,
+    /// `ts` of an event, `ts_before` of a gap (the events it is about).
+    recheck_time: i64,
+    /// The column ClickHouse orders by after the host: `ts` of an event,
+    /// `detected_at` of a gap.
+    order_time: i64,
 }
 
-impl Rows {
+/// Rows of one table of one shard, in id order, encoded: each row's key
+/// and the batch body, so that a batch is read and encoded in one pass
+/// without a copy of each row's strings. Every row's bytes stand alone in
+/// both formats, so dropping rows (see [`Batch::retain`]) leaves the body
+/// the encoding of the rows that are left: the same rows always give the
+/// same bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    keys: Vec<Key>,
+    /// Where each row's bytes end in `body`.
+    ends: Vec<usize>,
+    body: Vec<u8>,
+}
+
+impl Batch {
     pub fn len(&self) -> usize {
-        match self {
-            Rows::Events(v) => v.len(),
-            Rows::Gaps(v) => v.len(),
-        }
+        self.keys.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.keys.is_empty()
     }
 
-    pub fn ids(&self) -> Vec<i64> {
-        match self {
-            Rows::Events(v) => v.iter().map(|(id, _)| *id).collect(),
-            Rows::Gaps(v) => v.iter().map(|(id, _)| *id).collect(),
-        }
+    pub fn first_id(&self) -> Option<i64> {
+        self.keys.first().map(|k| k.id)
     }
 
     pub fn last_id(&self) -> Option<i64> {
-        self.ids().last().copied()
+        self.keys.last().map(|k| k.id)
+    }
+
+    /// The insert's body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
     }
 
     /// The smallest and largest value of the column the ClickHouse table
     /// is ordered by after the host (`ts` for events, `detected_at` for
     /// gaps): a check of what landed reads only that range.
     pub fn time_range(&self) -> Option<(i64, i64)> {
-        let times: Vec<i64> = match self {
-            Rows::Events(v) => v.iter().map(|(_, e)| e.ts).collect(),
-            Rows::Gaps(v) => v.iter().map(|(_, g)| g.detected_at).collect(),
-        };
-        Some((*times.iter().min()?, *times.iter().max()?))
+        let mut times = self.keys.iter().map(|k| k.order_time);
+        let first = times.next()?;
+        Some(times.fold((first, first), |(lo, hi), t| (lo.min(t), hi.max(t))))
     }
 
     /// Each row's id and identity: (ring_epoch, cpu, seq) of an event,
     /// (ring_epoch, cpu, from_seq, to_seq) of a gap (0 for the last part
-    /// of an event's); and, for [`Rows::needs_recheck`], its time: `ts`
-    /// of an event, `ts_before` of a gap (the events it is about).
+    /// of an event's); and its time: `ts` of an event, `ts_before` of a
+    /// gap (the events it is about).
     pub fn identities(&self) -> Vec<(i64, Identity, i64)> {
-        match self {
-            Rows::Events(v) => v
-                .iter()
-                .map(|(id, e)| (*id, (e.ring_epoch, e.cpu, e.seq, 0), e.ts))
-                .collect(),
-            Rows::Gaps(v) => v
-                .iter()
-                .map(|(id, g)| {
-                    (
-                        *id,
-                        (g.ring_epoch, g.cpu, g.from_seq, g.to_seq),
-                        g.ts_before,
-                    )
-                })
-                .collect(),
-        }
+        self.keys
+            .iter()
+            .map(|k| (k.id, k.identity, k.recheck_time))
+            .collect()
     }
 
-    /// Keeps the rows whose id `keep` says.
+    /// Keeps the rows whose id `keep` says, and their bytes.
     pub fn retain(&mut self, mut keep: impl FnMut(i64) -> bool) {
-        match self {
-            Rows::Events(v) => v.retain(|(id, _)| keep(*id)),
-            Rows::Gaps(v) => v.retain(|(id, _)| keep(*id)),
+        let (mut keys, mut ends, mut body) = (Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0;
+        for (key, &end) in self.keys.iter().zip(&self.ends) {
+            if keep(key.id) {
+                body.extend_from_slice(&self.body[start..end]);
+                keys.push(*key);
+                ends.push(body.len());
+            }
+            start = end;
         }
+        *self = Batch { keys, ends, body };
     }
+}
 
-    /// The batch body: the same rows always give the same bytes.
-    pub fn encode(&self, format: Format, host: &str, source: &str) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.len() * 256);
-        let origin = |id| Origin { host, source, id };
-        match (self, format) {
-            (Rows::Events(v), Format::RowBinary) => {
-                for (id, e) in v {
-                    format::event_row_binary(&mut out, &origin(*id), e);
-                }
-            }
-            (Rows::Events(v), Format::JsonEachRow) => {
-                for (id, e) in v {
-                    format::event_json(&mut out, &origin(*id), e);
-                }
-            }
-            (Rows::Gaps(v), Format::RowBinary) => {
-                for (id, g) in v {
-                    format::gap_row_binary(&mut out, &origin(*id), g);
-                }
-            }
-            (Rows::Gaps(v), Format::JsonEachRow) => {
-                for (id, g) in v {
-                    format::gap_json(&mut out, &origin(*id), g);
-                }
-            }
-        }
-        out
-    }
+/// What a batch is encoded for: its format and the rows' origin.
+#[derive(Debug, Clone, Copy)]
+pub struct Encoding<'a> {
+    pub format: Format,
+    pub host: &'a str,
 }
 
 /// A shard file opened for export.
@@ -170,8 +160,14 @@ impl ShardSource {
     }
 
     /// Rows of `table` with ids in `lo..=hi`, in id order, at most
-    /// `limit`.
-    fn select(&self, table: Table, lo: i64, hi: i64, limit: u64) -> Result<Rows, SourceError> {
+    /// `limit`, encoded as `encoding` says.
+    pub fn select(
+        &self,
+        table: Table,
+        (lo, hi): (i64, i64),
+        limit: u64,
+        encoding: Encoding<'_>,
+    ) -> Result<Batch, SourceError> {
         let columns = match table {
             Table::Events => EVENT_COLUMNS,
             Table::Gaps => GAP_COLUMNS,
@@ -180,31 +176,67 @@ impl ShardSource {
             "SELECT {columns}, id FROM {} WHERE id BETWEEN ?1 AND ?2 ORDER BY id LIMIT ?3",
             table.name()
         );
-        let (a, b, limit) = (lo, hi, limit.min(i64::MAX as u64) as i64);
+        let limit = limit.min(i64::MAX as u64) as i64;
         let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let id_at = columns.split(", ").count();
-        let rows = match table {
-            Table::Events => Rows::Events(
-                stmt.query_map(params![a, b, limit], |r| {
-                    Ok((r.get(id_at)?, EventRow::from_row(r)?))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(|e| self.err(e))?,
-            ),
-            Table::Gaps => Rows::Gaps(
-                stmt.query_map(params![a, b, limit], |r| {
-                    Ok((r.get(id_at)?, GapRow::from_row(r)?))
-                })
-                .and_then(|rows| rows.collect())
-                .map_err(|e| self.err(e))?,
-            ),
+        let mut batch = Batch {
+            keys: Vec::new(),
+            ends: Vec::new(),
+            body: Vec::with_capacity((limit.clamp(0, 1 << 16) as usize) * 256),
         };
-        Ok(rows)
+        let mut rows = stmt
+            .query(params![lo, hi, limit])
+            .map_err(|e| self.err(e))?;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let id: i64 = r.get(id_at).map_err(|e| self.err(e))?;
+            let origin = Origin {
+                host: encoding.host,
+                source: &self.instance,
+                id,
+            };
+            let key = match table {
+                Table::Events => {
+                    let e = event_view(r).map_err(|e| self.err(e))?;
+                    match encoding.format {
+                        Format::RowBinary => format::event_row_binary(&mut batch.body, &origin, &e),
+                        Format::JsonEachRow => format::event_json(&mut batch.body, &origin, &e),
+                    }
+                    Key {
+                        id,
+                        identity: (e.ring_epoch, e.cpu, e.seq, 0),
+                        recheck_time: e.ts,
+                        order_time: e.ts,
+                    }
+                }
+                Table::Gaps => {
+                    let g = GapRow::from_row(r).map_err(|e| self.err(e))?;
+                    match encoding.format {
+                        Format::RowBinary => format::gap_row_binary(&mut batch.body, &origin, &g),
+                        Format::JsonEachRow => format::gap_json(&mut batch.body, &origin, &g),
+                    }
+                    Key {
+                        id,
+                        identity: (g.ring_epoch, g.cpu, g.from_seq, g.to_seq),
+                        recheck_time: g.ts_before,
+                        order_time: g.detected_at,
+                    }
+                }
+            };
+            batch.keys.push(key);
+            batch.ends.push(batch.body.len());
+        }
+        Ok(batch)
     }
 
-    /// The first `max` rows of `table` with ids above `after`.
-    pub fn after(&self, table: Table, after: i64, max: u64) -> Result<Rows, SourceError> {
-        self.select(table, after.saturating_add(1), i64::MAX, max)
+    /// The first `max` rows of `table` with ids above `after`, encoded.
+    pub fn after(
+        &self,
+        table: Table,
+        after: i64,
+        max: u64,
+        encoding: Encoding<'_>,
+    ) -> Result<Batch, SourceError> {
+        self.select(table, (after.saturating_add(1), i64::MAX), max, encoding)
     }
 
     /// The highest id of `table` (0 when empty).
@@ -242,5 +274,106 @@ impl ShardSource {
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))
+    }
+}
+
+/// The row `r` of a statement selecting [`EVENT_COLUMNS`] (first), its
+/// strings borrowed from the statement: no copy of them is made.
+fn event_view<'r>(r: &'r rusqlite::Row<'_>) -> rusqlite::Result<EventView<'r>> {
+    let text = |i: usize| -> rusqlite::Result<&'r str> {
+        match r.get_ref(i)? {
+            ValueRef::Null => Ok(""),
+            v => v.as_str().map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(i, v.data_type(), Box::new(e))
+            }),
+        }
+    };
+    Ok(EventView {
+        ts: r.get(0)?,
+        cpu: r.get(1)?,
+        seq: r.get::<_, i64>(2)? as u64,
+        ring_epoch: r.get(3)?,
+        pid: r.get(4)?,
+        tid: r.get(5)?,
+        uid: r.get(6)?,
+        level: r.get(7)?,
+        provider: text(8)?,
+        name: text(9)?,
+        message: text(10)?,
+        fields: text(11)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{open_shard, shard_path};
+
+    fn filled(dir: &Path) -> PathBuf {
+        let path = shard_path(dir, 0);
+        let conn = open_shard(&path).unwrap();
+        for seq in 1..=20i64 {
+            let fields = (seq % 3 == 0).then(|| format!(r#"{{"n":{seq}}}"#));
+            conn.execute(
+                crate::store::rows::INSERT_EVENT,
+                params![
+                    1_000 + (seq * 7) % 11,
+                    seq % 2,
+                    seq,
+                    9,
+                    10,
+                    11,
+                    0,
+                    6,
+                    "prov",
+                    "name",
+                    "é".repeat(seq as usize),
+                    fields
+                ],
+            )
+            .unwrap();
+        }
+        path
+    }
+
+    #[test]
+    fn a_batch_encodes_as_it_reads_and_keeps_its_bytes_whole_when_rows_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = ShardSource::open(&filled(dir.path())).unwrap();
+        for format in [Format::RowBinary, Format::JsonEachRow] {
+            let enc = Encoding { format, host: "h" };
+            let all = source.after(Table::Events, 0, 100, enc).unwrap();
+            assert_eq!(
+                (all.len(), all.first_id(), all.last_id()),
+                (20, Some(1), Some(20))
+            );
+            // Limits and ranges: the same rows, the same bytes.
+            let first = source.after(Table::Events, 0, 8, enc).unwrap();
+            let rest = source.after(Table::Events, 8, 100, enc).unwrap();
+            assert_eq!([first.body(), rest.body()].concat(), all.body());
+            // Dropping rows leaves exactly the encoding of those left.
+            let mut odd = all.clone();
+            odd.retain(|id| id % 2 == 1);
+            let one_by_one: Vec<u8> = (1..=20)
+                .step_by(2)
+                .flat_map(|id| {
+                    source
+                        .select(Table::Events, (id, id), 1, enc)
+                        .unwrap()
+                        .body()
+                        .to_vec()
+                })
+                .collect();
+            assert_eq!(odd.body(), &one_by_one[..]);
+            assert_eq!(odd.len(), 10);
+            // Identities and times come with the rows.
+            let ids = odd.identities();
+            assert_eq!(ids[1], (3, (9, 1, 3, 0), 1_000 + 21 % 11));
+            let times: Vec<i64> = (1..=20i64).map(|s| 1_000 + (s * 7) % 11).collect();
+            assert_eq!(
+                all.time_range(),
+                Some((*times.iter().min().unwrap(), *times.iter().max().unwrap()))
+            );
+        }
     }
 }

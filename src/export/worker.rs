@@ -27,7 +27,7 @@
 
 use super::cluster::{Cluster, ClusterError};
 use super::format::Format;
-use super::source::{Identity, Rows, ShardSource, SourceError};
+use super::source::{Batch, Encoding, Identity, ShardSource, SourceError};
 use super::state::{ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
 use super::ExportSettings;
@@ -101,6 +101,21 @@ struct Source {
     waiting: [Option<Instant>; 2],
     next_try: Instant,
     backoff: Duration,
+    /// The next batch of each table, read and encoded while the previous
+    /// one was being sent (see [`Prefetched`]).
+    prefetched: [Option<Prefetched>; 2],
+}
+
+/// A batch read ahead: the rows after `after`, at most `batch_rows` of
+/// them (always that many: only a full batch is read ahead), and their
+/// body. Reading is all it took, so dropping it costs nothing; it is used
+/// only while the cursor is still `after` and `ExportBatchRows` unchanged,
+/// and then it is exactly the batch a read at that moment would give (ids
+/// are committed in order and a range never gains rows).
+struct Prefetched {
+    after: i64,
+    batch_rows: u64,
+    batch: Batch,
 }
 
 /// What the steps share.
@@ -113,6 +128,15 @@ struct Ctx {
     format: Format,
     batch_rows: u64,
     recheck_before: Option<i64>,
+}
+
+impl Ctx {
+    fn encoding(&self) -> Encoding<'_> {
+        Encoding {
+            format: self.format,
+            host: &self.host,
+        }
+    }
 }
 
 pub struct ExportWorker {
@@ -338,6 +362,7 @@ impl ExportWorker {
                 waiting: [None; 2],
                 next_try: Instant::now(),
                 backoff: BACKOFF_MIN,
+                prefetched: [None, None],
             },
         );
     }
@@ -463,7 +488,15 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     if !full && waited.elapsed() < FLUSH_INTERVAL {
         return Ok(false);
     }
-    let mut rows = source.shard.after(table, through, ctx.batch_rows)?;
+    let ahead = source.prefetched[slot(table)]
+        .take()
+        .filter(|p| p.after == through && p.batch_rows == ctx.batch_rows);
+    let mut rows = match ahead {
+        Some(p) => p.batch,
+        None => source
+            .shard
+            .after(table, through, ctx.batch_rows, ctx.encoding())?,
+    };
     let Some(hi) = rows.last_id() else {
         return Ok(false);
     };
@@ -489,7 +522,11 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         }
     }
     if !rows.is_empty() {
-        send(ctx, &source.shard, table, &rows)?;
+        // The next batch is read and encoded while this one is sent when
+        // it will certainly be a full one.
+        let read_ahead = newest - hi >= ctx.batch_rows as i64;
+        let ahead = send_reading_ahead(ctx, source, table, &rows, read_ahead.then_some(hi))?;
+        source.prefetched[slot(table)] = ahead;
     }
     advance(ctx, &source.shard, table, hi)?;
     // Rows left over have waited since then already: their batch goes once
@@ -531,26 +568,94 @@ fn report_lag(
 }
 
 /// The batch's body, sent (one insert).
-fn send(ctx: &mut Ctx, shard: &ShardSource, table: Table, rows: &Rows) -> Result<(), StepError> {
-    let body = rows.encode(ctx.format, &ctx.host, &shard.instance);
-    let ids = rows.ids();
+fn send(ctx: &mut Ctx, shard: &ShardSource, table: Table, rows: &Batch) -> Result<(), StepError> {
+    let (token, query_id) = insert_names(ctx, shard, table, rows);
+    ctx.cluster
+        .insert(table, ctx.format, rows.body(), &token, &query_id)?;
+    Ok(())
+}
+
+/// The deduplication token and query id of an insert of `rows`.
+fn insert_names(ctx: &Ctx, shard: &ShardSource, table: Table, rows: &Batch) -> (String, String) {
     let token = format!(
         "{}:{}:{}:{}-{}:{}",
         ctx.host,
         shard.instance,
         table.name(),
-        ids.first().copied().unwrap_or(0),
-        ids.last().copied().unwrap_or(0),
-        ids.len()
+        rows.first_id().unwrap_or(0),
+        rows.last_id().unwrap_or(0),
+        rows.len()
     );
     let query_id = format!(
         "{}{}",
         query_prefix(&ctx.host, &shard.instance, table),
         crate::rings::now_ns()
     );
-    ctx.cluster
-        .insert(table, ctx.format, &body, &token, &query_id)?;
-    Ok(())
+    (token, query_id)
+}
+
+/// Sends `rows` and, while the insert is under way on a thread of its
+/// own, reads and encodes the batch after `read_ahead` if asked: the insert
+/// waits on ClickHouse, the read on SQLite and this thread's CPU, so a
+/// worker keeps both busy. The read is read-only and its result is only
+/// kept, so the protocol (intent before the send, cursor after it) is the
+/// same as without it. A read that fails is dropped: the next step reads
+/// again and says why.
+fn send_reading_ahead(
+    ctx: &mut Ctx,
+    source: &Source,
+    table: Table,
+    rows: &Batch,
+    read_ahead: Option<i64>,
+) -> Result<Option<Prefetched>, StepError> {
+    let Some(after) = read_ahead else {
+        send(ctx, &source.shard, table, rows)?;
+        return Ok(None);
+    };
+    let (token, query_id) = insert_names(ctx, &source.shard, table, rows);
+    let (batch_rows, format) = (ctx.batch_rows, ctx.format);
+    let encoding = Encoding {
+        format,
+        host: &ctx.host,
+    };
+    let cluster = &mut ctx.cluster;
+    let read = || -> Option<Prefetched> {
+        let batch = source
+            .shard
+            .after(table, after, batch_rows, encoding)
+            .ok()?;
+        (batch.len() as u64 == batch_rows).then_some(Prefetched {
+            after,
+            batch_rows,
+            batch,
+        })
+    };
+    let body = rows.body();
+    let overlapped = std::thread::scope(|scope| {
+        let sender = std::thread::Builder::new()
+            .name("eventd-export-send".to_string())
+            .spawn_scoped(scope, || {
+                cluster.insert(table, format, body, &token, &query_id)
+            });
+        sender.map(|sender| {
+            let ahead = read();
+            // A panic in the insert is a bug: it goes on up as one.
+            let sent = sender
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            sent.map(|()| ahead)
+        })
+    });
+    match overlapped {
+        Ok(sent) => Ok(sent?),
+        // No thread to be had: the same insert here, nothing read ahead.
+        Err(e) => {
+            tracing::debug!(error = %e, "export: no thread to read ahead with");
+            ctx.cluster
+                .insert(table, ctx.format, body, &token, &query_id)?;
+            Ok(None)
+        }
+    }
 }
 
 /// What the query id of every insert of (`host`, `instance`, `table`)
@@ -593,7 +698,12 @@ fn settle(
     let mut from = lo;
     loop {
         let shard = &source.shard;
-        let mut rows = shard.after(table, from.saturating_sub(1), ctx.batch_rows)?;
+        let mut rows = shard.after(
+            table,
+            from.saturating_sub(1),
+            ctx.batch_rows,
+            ctx.encoding(),
+        )?;
         rows.retain(|id| id <= hi);
         let end = match rows.last_id() {
             Some(last) if (rows.len() as u64) >= ctx.batch_rows && last < hi => last,
@@ -620,7 +730,7 @@ fn settle_chunk(
     source: &mut Source,
     table: Table,
     (lo, hi): (i64, i64),
-    mut rows: Rows,
+    mut rows: Batch,
     rolled: i64,
 ) -> Result<(), StepError> {
     let shard = &source.shard;
@@ -667,7 +777,7 @@ fn settle_chunk(
 /// The rows of `rows` to look for by identity: ids in a rolled-back range
 /// (at or below `rolled`), and, after a rollback was found at start, rows
 /// older than the start (see `rewind_rolled_back`).
-fn recheck(ctx: &Ctx, rows: &Rows, rolled: i64) -> Vec<(i64, Identity, i64)> {
+fn recheck(ctx: &Ctx, rows: &Batch, rolled: i64) -> Vec<(i64, Identity, i64)> {
     if rolled == 0 && ctx.recheck_before.is_none() {
         return Vec::new();
     }

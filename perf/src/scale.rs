@@ -1,0 +1,627 @@
+//! The scale scenario: eventd as on a machine with many CPUs. The `eventd`
+//! binary is started with the hidden, harness-only `--simulate-cpus N`,
+//! which makes it attach the rings of CPUs `0..N` in its KMES directory
+//! instead of the online CPUs' (this machine has two); the rings of CPUs
+//! that do not exist are written only by this harness's producers. Per
+//! point (N rings × StorageShards), with the same measurements as the other
+//! scenarios where they apply:
+//!
+//! - **start-up**: from spawning eventd until its query socket answers;
+//! - **threads, RSS and descriptors** of the eventd process, idle after
+//!   start and at their peak (sampled every 250 ms), descriptors beside the
+//!   R2 allowance it was planned for;
+//! - **events/s flat out** (producers on every ring) and the bare-SQLite
+//!   ceiling with the same number of databases and rows, in the same run;
+//!   **p99 emit→commit** of that phase, from the receipts;
+//! - **`--queries` concurrent queries** (default 128, what
+//!   MaxConcurrentQueries allows) answered while the load goes on: each
+//!   client asks, back to back, for the 100 newest events of the last
+//!   5 seconds over the query socket; their latency p50/p99, how many were
+//!   refused as busy, and the ingest rate meanwhile.
+//!
+//! The harness raises its descriptor limit as the shipped service unit
+//! does (LimitNOFILE=262144) when it may; eventd inherits it.
+
+use crate::ceiling;
+use crate::load::{self, Mode, Sizes};
+use crate::system::{self, Running, SystemKind};
+use crate::Args;
+use anyhow::Context;
+use eventd::config::ConfigFile;
+use eventd::daemon::Tunables;
+use eventd::query::filter::{Filter, Order};
+use eventd::query::Request;
+use hdrhistogram::Histogram;
+use plotters::prelude::*;
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the shipped service unit sets (packaging/eventd.service).
+const SERVICE_NOFILE: u64 = 262_144;
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScalePoint {
+    pub rings: u32,
+    /// As configured (0 = one per ring).
+    pub storage_shards: i64,
+    pub shards: usize,
+    pub startup_ms: f64,
+    pub threads_idle: u64,
+    pub threads_peak: u64,
+    pub rss_idle_mib: f64,
+    pub rss_peak_mib: f64,
+    pub fds_idle: usize,
+    pub fds_peak: usize,
+    /// R2 for the configured MaxConcurrentQueries, these databases and rings.
+    pub fd_allowance: u64,
+    pub max_concurrent_queries: u64,
+    pub events_per_s: f64,
+    pub ceiling_per_s: f64,
+    pub ratio_to_ceiling: f64,
+    pub lost: u64,
+    pub latency_us_p50: u64,
+    pub latency_us_p99: u64,
+    pub commits: u64,
+    pub batch_items_mean: f64,
+    pub queries: usize,
+    pub queries_answered: u64,
+    pub queries_busy: u64,
+    pub query_us_p50: u64,
+    pub query_us_p99: u64,
+    pub query_us_max: u64,
+    pub events_per_s_under_queries: f64,
+}
+
+/// Raises this process's descriptor limit towards the service unit's (the
+/// hard limit too, where this process may), for eventd to inherit.
+/// Returns the soft limit now in force.
+fn raise_nofile() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            let want = libc::rlimit {
+                rlim_cur: SERVICE_NOFILE.max(lim.rlim_cur),
+                rlim_max: SERVICE_NOFILE.max(lim.rlim_max),
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) != 0 {
+                // Not privileged: as far as the hard limit goes.
+                lim.rlim_cur = lim.rlim_max;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+    }
+    eventd::routing::soft_descriptor_limit().unwrap_or(0)
+}
+
+/// eventd's process figures from /proc.
+struct ProcSample {
+    threads: u64,
+    rss_mib: f64,
+    fds: usize,
+}
+
+fn sample(pid: u32) -> ProcSample {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| -> f64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    ProcSample {
+        threads: field("Threads:") as u64,
+        rss_mib: field("VmRSS:") / 1024.0,
+        fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
+    }
+}
+
+/// The peaks of [`sample`] while a phase runs.
+#[derive(Default)]
+struct Peaks {
+    threads: u64,
+    rss_mib: f64,
+    fds: usize,
+}
+
+impl Peaks {
+    fn add(&mut self, s: &ProcSample) {
+        self.threads = self.threads.max(s.threads);
+        self.rss_mib = self.rss_mib.max(s.rss_mib);
+        self.fds = self.fds.max(s.fds);
+    }
+}
+
+/// The 128 query clients: each asks for the newest 100 events of the last
+/// 5 s, back to back, until stopped.
+struct QueryLoad {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    latency: Arc<Mutex<Histogram<u64>>>,
+    answered: Arc<AtomicU64>,
+    busy: Arc<AtomicU64>,
+}
+
+impl QueryLoad {
+    fn start(socket: &Path, clients: usize) -> anyhow::Result<QueryLoad> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let latency = Arc::new(Mutex::new(Histogram::new_with_bounds(1, 600_000_000, 3)?));
+        let answered = Arc::new(AtomicU64::new(0));
+        let busy = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::with_capacity(clients);
+        for i in 0..clients {
+            let (stop, latency, answered, busy) = (
+                stop.clone(),
+                latency.clone(),
+                answered.clone(),
+                busy.clone(),
+            );
+            let socket = socket.to_path_buf();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("query-{i}"))
+                    .stack_size(256 << 10)
+                    .spawn(move || {
+                        let mut mine = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)
+                            .expect("valid histogram bounds");
+                        while !stop.load(Ordering::Relaxed) {
+                            let request = Request::Query {
+                                filter: Filter {
+                                    since_ns: Some(eventd::rings::now_ns() - 5_000_000_000),
+                                    order: Order::NewestFirst,
+                                    limit: Some(100),
+                                    ..Filter::default()
+                                },
+                                follow: false,
+                            };
+                            let t = Instant::now();
+                            let mut refused = false;
+                            let done = eventd::query::client::call(&socket, &request, |v| {
+                                refused |= v.get("error").is_some();
+                                Ok(true)
+                            });
+                            if done.is_err() || refused {
+                                busy.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_millis(1));
+                                continue;
+                            }
+                            mine.saturating_record(t.elapsed().as_micros() as u64);
+                            answered.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Ok(mut h) = latency.lock() {
+                            let _ = h.add(&mine);
+                        }
+                    })?,
+            );
+        }
+        Ok(QueryLoad {
+            stop,
+            threads,
+            latency,
+            answered,
+            busy,
+        })
+    }
+
+    fn stop(self) -> (Histogram<u64>, u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        let h = self
+            .latency
+            .lock()
+            .map(|h| h.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
+        (
+            h,
+            self.answered.load(Ordering::Relaxed),
+            self.busy.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// How many of the rings' events are stored and lost so far.
+fn stored(running: &Running) -> anyhow::Result<(u64, u64)> {
+    running.progress()
+}
+
+/// Waits until `emitted` events are stored or counted lost.
+fn drained(running: &Running, emitted: u64, what: &str) -> anyhow::Result<(u64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let (s, l) = stored(running)?;
+        if s + l >= emitted {
+            return Ok((s, l));
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what}: only {s} stored + {l} lost of {emitted} after 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// Longer than the ~70 lines a function should be: the phases of one point
+// in the order they run (start, idle sample, load, queries, stop, ceiling),
+// sharing the process samples and timings.
+/// Runs one point in a fresh directory under `work`.
+fn point(
+    work: &Path,
+    eventd: &Path,
+    (rings, storage_shards): (u32, i64),
+    clients: usize,
+    duration: Duration,
+    sizes: Sizes,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<ScalePoint> {
+    let label = format!("N={rings} StorageShards={storage_shards}");
+    let dir = tempfile::Builder::new().prefix("scale-").tempdir_in(work)?;
+    let file = ConfigFile {
+        storage_shards: Some(storage_shards),
+        ..ConfigFile::default()
+    };
+    let mut settings = file.resolve(dir.path())?;
+    let shards = eventd::routing::shard_count(settings.storage_shards, rings as usize)?;
+    let limit = eventd::routing::soft_descriptor_limit()?;
+    let mut q = settings.max_concurrent_queries;
+    while q > 1 && eventd::routing::descriptor_allowance(q, shards as u64, u64::from(rings)) > limit
+    {
+        q -= 1;
+    }
+    settings.max_concurrent_queries = q;
+    let allowance = eventd::routing::descriptor_allowance(q, shards as u64, u64::from(rings));
+    let tunables = Tunables {
+        simulated_cpus: Some(rings),
+        ..Tunables::default()
+    };
+    progress.set_message(format!("{label}: starting"));
+    let t0 = Instant::now();
+    let running = Running::start(&SystemKind::Binary, eventd, &settings, tunables)?;
+    let socket = settings.data_dir.join("run/query.sock");
+    while eventd::query::client::call(&socket, &Request::Stats, |_| Ok(false)).is_err() {
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{label}: eventd did not answer"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let startup_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let pid = running.pid().context("the binary has a pid")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = sample(pid);
+    let mut peaks = Peaks::default();
+    peaks.add(&idle);
+    let ring_handles = running.rings()?;
+    anyhow::ensure!(
+        ring_handles.len() == rings as usize,
+        "{label}: eventd attached {} rings, not {rings}",
+        ring_handles.len()
+    );
+    let producer_threads = ring_handles.len().min(eventd::rings::online_cpus().len());
+
+    // Phase 1: flat out, alone.
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let producers = load::start_spread(
+        &ring_handles,
+        producer_threads,
+        Mode::FlatOut,
+        sizes,
+        stop.clone(),
+    );
+    while start.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(250));
+        peaks.add(&sample(pid));
+        progress.set_message(format!(
+            "{label}: load {:.0}/{:.0} s",
+            start.elapsed().as_secs_f64(),
+            duration.as_secs_f64()
+        ));
+    }
+    let emitted = system::stop_threads(stop, producers)?;
+    let (stored1, lost1) = drained(&running, emitted, &label)?;
+    let drained_secs = start.elapsed().as_secs_f64();
+    let phase1_end_ns = eventd::rings::now_ns();
+
+    // Phase 2: the same load with the query clients.
+    progress.set_message(format!("{label}: {clients} concurrent queries"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let start2 = Instant::now();
+    let producers = load::start_spread(
+        &ring_handles,
+        producer_threads,
+        Mode::FlatOut,
+        sizes,
+        stop.clone(),
+    );
+    let queries = QueryLoad::start(&socket, clients)?;
+    while start2.elapsed() < duration {
+        std::thread::sleep(Duration::from_millis(250));
+        peaks.add(&sample(pid));
+    }
+    let (query_us, answered, busy) = queries.stop();
+    let emitted2 = system::stop_threads(stop, producers)?;
+    let (stored2, lost2) = drained(&running, emitted + emitted2, &label)?;
+    let secs2 = start2.elapsed().as_secs_f64();
+    drop(ring_handles);
+
+    let finished = running.finish_until(Some(phase1_end_ns))?;
+    progress.set_message(format!(
+        "{label}: ceiling, {stored1} rows into {shards} databases"
+    ));
+    let cdir = tempfile::Builder::new()
+        .prefix("ceiling-")
+        .tempdir_in(work)?;
+    let ceiling_per_s = ceiling::run(
+        cdir.path(),
+        shards,
+        stored1.max(1),
+        settings.max_batch_size,
+        sizes,
+    )?;
+    let events_per_s = stored1 as f64 / drained_secs;
+    Ok(ScalePoint {
+        rings,
+        storage_shards,
+        shards,
+        startup_ms,
+        threads_idle: idle.threads,
+        threads_peak: peaks.threads,
+        rss_idle_mib: idle.rss_mib,
+        rss_peak_mib: finished.peak_rss_mib.max(peaks.rss_mib),
+        fds_idle: idle.fds,
+        fds_peak: peaks.fds.max(finished.descriptors),
+        fd_allowance: allowance,
+        max_concurrent_queries: q,
+        events_per_s,
+        ceiling_per_s,
+        ratio_to_ceiling: events_per_s / ceiling_per_s,
+        lost: lost2.max(lost1),
+        latency_us_p50: finished.latency_us.value_at_quantile(0.5),
+        latency_us_p99: finished.latency_us.value_at_quantile(0.99),
+        commits: finished.commits,
+        batch_items_mean: finished.batch_items.mean(),
+        queries: clients,
+        queries_answered: answered,
+        queries_busy: busy,
+        query_us_p50: query_us.value_at_quantile(0.5),
+        query_us_p99: query_us.value_at_quantile(0.99),
+        query_us_max: query_us.max(),
+        events_per_s_under_queries: (stored2 - stored1) as f64 / secs2,
+    })
+}
+
+/// The whole scenario; returns the machine-readable summary line.
+pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Result<String> {
+    let limit = raise_nofile();
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
+    let progress = indicatif::ProgressBar::new_spinner();
+    progress.enable_steady_tick(Duration::from_millis(200));
+    progress.suspend(|| eprintln!("descriptor limit for eventd: {limit}"));
+    let mut points = Vec::new();
+    for &rings in &args.scale_rings {
+        for &shards in &args.scale_shards {
+            let p = point(
+                work,
+                eventd,
+                (rings, shards),
+                args.queries,
+                duration,
+                sizes,
+                &progress,
+            )?;
+            progress.suspend(|| eprintln!("{}", line(&p)));
+            points.push(p);
+        }
+    }
+    progress.finish_and_clear();
+    println!("{}", table(&points));
+    let json = args.results.join("scale.json");
+    std::fs::write(
+        &json,
+        serde_json::to_string_pretty(&serde_json::json!({
+            "scenario": "scale",
+            "machine": crate::report::Machine::describe(),
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "descriptor_limit": limit,
+            "points": points,
+        }))?,
+    )?;
+    let svg = args.results.join("scale.svg");
+    write_svg(&svg, &points)?;
+    println!("report: {} and {}", json.display(), svg.display());
+    let last = points.last().context("no point was measured")?;
+    Ok(format!(
+        "scale_rings={} ratio_to_ceiling={:.2} rss_peak_mib={:.0} query_p99_us={} events_per_s={:.0}",
+        last.rings, last.ratio_to_ceiling, last.rss_peak_mib, last.query_us_p99, last.events_per_s
+    ))
+}
+
+fn line(p: &ScalePoint) -> String {
+    format!(
+        "N={} StorageShards={} ({} shards): start {:.0} ms, threads {}/{}, RSS {:.0}/{:.0} MiB, \
+         fds {}/{} of {} allowed; {:.0} events/s vs ceiling {:.0} ({:.2}), p99 {} µs, batch {:.0}; \
+         {} queries: {} answered, {} busy, p99 {} µs, ingest meanwhile {:.0}/s",
+        p.rings,
+        p.storage_shards,
+        p.shards,
+        p.startup_ms,
+        p.threads_idle,
+        p.threads_peak,
+        p.rss_idle_mib,
+        p.rss_peak_mib,
+        p.fds_idle,
+        p.fds_peak,
+        p.fd_allowance,
+        p.events_per_s,
+        p.ceiling_per_s,
+        p.ratio_to_ceiling,
+        p.latency_us_p99,
+        p.batch_items_mean,
+        p.queries,
+        p.queries_answered,
+        p.queries_busy,
+        p.query_us_p99,
+        p.events_per_s_under_queries
+    )
+}
+
+fn table(points: &[ScalePoint]) -> String {
+    let mut out = String::from(
+        "| rings | StorageShards | shards | start-up ms | threads idle/peak | RSS MiB idle/peak \
+         | fds idle/peak | R2 allowance (Q) | events/s | ceiling/s | ratio | p99 emit→commit ms \
+         | batch mean | queries p50/p99 ms | answered / busy | events/s under queries |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for p in points {
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {}/{} | {:.0}/{:.0} | {}/{} | {} ({}) | {:.0} | {:.0} | {:.2} \
+             | {:.1} | {:.0} | {:.1}/{:.1} | {} / {} | {:.0} |\n",
+            p.rings,
+            p.storage_shards,
+            p.shards,
+            p.startup_ms,
+            p.threads_idle,
+            p.threads_peak,
+            p.rss_idle_mib,
+            p.rss_peak_mib,
+            p.fds_idle,
+            p.fds_peak,
+            p.fd_allowance,
+            p.max_concurrent_queries,
+            p.events_per_s,
+            p.ceiling_per_s,
+            p.ratio_to_ceiling,
+            p.latency_us_p99 as f64 / 1e3,
+            p.batch_items_mean,
+            p.query_us_p50 as f64 / 1e3,
+            p.query_us_p99 as f64 / 1e3,
+            p.queries_answered,
+            p.queries_busy,
+            p.events_per_s_under_queries,
+        ));
+    }
+    out
+}
+
+// Longer than the ~70 lines a function should be: one chart drawn top to
+// bottom (two panels, their axes and series); a flat list of drawing steps.
+/// Events/s (eventd and ceiling) and peak RSS against the number of rings,
+/// one line per StorageShards setting.
+fn write_svg(path: &Path, points: &[ScalePoint]) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (960, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (top, bottom) = root.split_vertically(400);
+    let mut rings: Vec<u32> = points.iter().map(|p| p.rings).collect();
+    rings.sort_unstable();
+    rings.dedup();
+    let mut settings: Vec<i64> = points.iter().map(|p| p.storage_shards).collect();
+    settings.sort_unstable();
+    settings.dedup();
+    let x_of = |n: u32| rings.iter().position(|&r| r == n).unwrap_or(0) as f64;
+    let label_of = |x: &f64| -> String {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            rings
+                .get(i as usize)
+                .map_or(String::new(), |n| format!("{n} rings"))
+        } else {
+            String::new()
+        }
+    };
+    let xs = -0.3f64..(rings.len().max(1) as f64 - 0.7);
+    let rate_max = points
+        .iter()
+        .flat_map(|p| [p.events_per_s, p.ceiling_per_s])
+        .filter(|v| v.is_finite())
+        .fold(1.0f64, f64::max)
+        * 1.1;
+    let colours = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
+    let mut chart = ChartBuilder::on(&top)
+        .caption(
+            "scale: events/s committed (solid) and ceiling (dashed)",
+            ("sans-serif", 20),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(xs.clone(), 0f64..rate_max)?;
+    chart
+        .configure_mesh()
+        .x_labels(rings.len().max(1))
+        .x_label_formatter(&label_of)
+        .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
+        .draw()?;
+    for (i, s) in settings.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        let of = |f: fn(&ScalePoint) -> f64| -> Vec<(f64, f64)> {
+            points
+                .iter()
+                .filter(|p| p.storage_shards == *s)
+                .map(|p| (x_of(p.rings), f(p)))
+                .collect()
+        };
+        let eventd = of(|p| p.events_per_s);
+        chart
+            .draw_series(LineSeries::new(eventd.clone(), colour.stroke_width(2)))?
+            .label(format!("eventd, StorageShards={s}"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
+        chart.draw_series(eventd.iter().map(|&p| Circle::new(p, 4, colour.filled())))?;
+        let ceiling = of(|p| p.ceiling_per_s);
+        chart.draw_series(DashedLineSeries::new(ceiling, 6, 4, colour.stroke_width(1)))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerLeft)
+        .draw()?;
+
+    let rss_max = points.iter().map(|p| p.rss_peak_mib).fold(1.0f64, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("peak RSS of eventd (MiB)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(xs, 0f64..rss_max)?;
+    chart
+        .configure_mesh()
+        .x_labels(rings.len().max(1))
+        .x_label_formatter(&label_of)
+        .draw()?;
+    for (i, s) in settings.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        let rss: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.storage_shards == *s)
+            .map(|p| (x_of(p.rings), p.rss_peak_mib))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(rss.clone(), colour.stroke_width(2)))?
+            .label(format!("StorageShards={s}"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
+        chart.draw_series(rss.iter().map(|&p| Circle::new(p, 4, colour.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
