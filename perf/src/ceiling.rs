@@ -47,6 +47,9 @@ pub fn run_with(
 ) -> anyhow::Result<f64> {
     let shards = shards.max(1);
     let per_shard = rows.div_ceil(shards as u64);
+    // The writers' page caches, sized for this many databases as eventd
+    // sizes them for its shards.
+    eventd::store::schema::size_writer_caches(shards);
     let mut prepared = Vec::with_capacity(shards);
     for j in 0..shards {
         let conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;

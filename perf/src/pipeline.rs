@@ -269,7 +269,7 @@ fn fit_queries(settings: &Settings) -> anyhow::Result<u64> {
 }
 
 /// Stored rows and gaps by reason, counted in the shard files with SQLite.
-fn count_files(store: &Path) -> anyhow::Result<(u64, Vec<(String, u64)>)> {
+pub(crate) fn count_files(store: &Path) -> anyhow::Result<(u64, Vec<(String, u64)>)> {
     let mut rows = 0u64;
     let mut reasons: std::collections::BTreeMap<String, u64> = Default::default();
     for path in eventd::store::list_databases(store)? {

@@ -10,4 +10,7 @@ pub(crate) trait Running {
     /// Messages stored so far (polled the same way for every peer).
     fn stored(&mut self) -> anyhow::Result<u64>;
     fn stop(&mut self) -> anyhow::Result<()>;
+    /// The peer's process, whose CPU time (with its descendants') is
+    /// counted; `None` when it runs inside the harness (the floor).
+    fn pid(&self) -> Option<u32>;
 }

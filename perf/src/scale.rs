@@ -13,8 +13,9 @@
 //! - **events/s flat out** (producers on every ring) and the bare-SQLite
 //!   ceiling with the same number of databases and rows, in the same run;
 //!   **p99 emit→commit** of that phase, from the receipts;
-//! - **`--queries` concurrent queries** (default 128, what
-//!   MaxConcurrentQueries allows) answered while the load goes on: each
+//! - **`--queries` concurrent queries** (default 128, at most what
+//!   MaxConcurrentQueries allows here: with this machine's descriptor
+//!   limit R2 lowers it at 256 shards) answered while the load goes on: each
 //!   client asks, back to back, for the 100 newest events of the last
 //!   5 seconds over the query socket; their latency p50/p99, how many were
 //!   refused as busy, and the ingest rate meanwhile.
@@ -53,16 +54,27 @@ pub struct ScalePoint {
     pub threads_idle: u64,
     pub threads_peak: u64,
     pub rss_idle_mib: f64,
+    /// Peak while ingesting alone (phase 1).
+    pub rss_ingest_mib: f64,
+    /// Of which the process's own (anonymous) memory, peak of phase 1:
+    /// the rest is the mapped ring files (4 MiB each by default).
+    pub anon_ingest_mib: f64,
+    /// Peak over the whole point (the queries' connections included).
     pub rss_peak_mib: f64,
     pub fds_idle: usize,
     pub fds_peak: usize,
     /// R2 for the configured MaxConcurrentQueries, these databases and rings.
     pub fd_allowance: u64,
     pub max_concurrent_queries: u64,
+    /// Sequenced by the producers (both phases), stored, lost (gaps).
+    pub emitted: u64,
+    pub stored: u64,
+    pub lost: u64,
+    /// Rows counted with SQLite in the shard files afterwards.
+    pub rows_in_files: u64,
     pub events_per_s: f64,
     pub ceiling_per_s: f64,
     pub ratio_to_ceiling: f64,
-    pub lost: u64,
     pub latency_us_p50: u64,
     pub latency_us_p99: u64,
     pub commits: u64,
@@ -105,6 +117,9 @@ fn raise_nofile() -> u64 {
 struct ProcSample {
     threads: u64,
     rss_mib: f64,
+    /// The process's own memory: RSS less mapped files (the rings, the
+    /// shards' -shm files, the binary).
+    anon_mib: f64,
     fds: usize,
 }
 
@@ -121,6 +136,7 @@ fn sample(pid: u32) -> ProcSample {
     ProcSample {
         threads: field("Threads:") as u64,
         rss_mib: field("VmRSS:") / 1024.0,
+        anon_mib: field("RssAnon:") / 1024.0,
         fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
     }
 }
@@ -130,6 +146,7 @@ fn sample(pid: u32) -> ProcSample {
 struct Peaks {
     threads: u64,
     rss_mib: f64,
+    anon_mib: f64,
     fds: usize,
 }
 
@@ -137,6 +154,7 @@ impl Peaks {
     fn add(&mut self, s: &ProcSample) {
         self.threads = self.threads.max(s.threads);
         self.rss_mib = self.rss_mib.max(s.rss_mib);
+        self.anon_mib = self.anon_mib.max(s.anon_mib);
         self.fds = self.fds.max(s.fds);
     }
 }
@@ -191,7 +209,7 @@ impl QueryLoad {
                             });
                             if done.is_err() || refused {
                                 busy.fetch_add(1, Ordering::Relaxed);
-                                std::thread::sleep(Duration::from_millis(1));
+                                std::thread::sleep(Duration::from_millis(20));
                                 continue;
                             }
                             mine.saturating_record(t.elapsed().as_micros() as u64);
@@ -330,6 +348,8 @@ fn point(
     }
     let emitted = system::stop_threads(stop, producers)?;
     let (stored1, lost1) = drained(&running, emitted, &label)?;
+    peaks.add(&sample(pid));
+    let (rss_ingest_mib, anon_ingest_mib) = (peaks.rss_mib, peaks.anon_mib);
     let drained_secs = start.elapsed().as_secs_f64();
     let phase1_end_ns = eventd::rings::now_ns();
 
@@ -344,6 +364,9 @@ fn point(
         sizes,
         stop.clone(),
     );
+    // As many clients as may query at once: more would only be told
+    // "busy" (and retry), which measures the refusals, not the queries.
+    let clients = clients.min(q as usize).max(1);
     let queries = QueryLoad::start(&socket, clients)?;
     while start2.elapsed() < duration {
         std::thread::sleep(Duration::from_millis(250));
@@ -356,6 +379,7 @@ fn point(
     drop(ring_handles);
 
     let finished = running.finish_until(Some(phase1_end_ns))?;
+    let rows_in_files = crate::pipeline::count_files(&settings.store_dir)?.0;
     progress.set_message(format!(
         "{label}: ceiling, {stored1} rows into {shards} databases"
     ));
@@ -378,6 +402,8 @@ fn point(
         threads_idle: idle.threads,
         threads_peak: peaks.threads,
         rss_idle_mib: idle.rss_mib,
+        rss_ingest_mib,
+        anon_ingest_mib,
         rss_peak_mib: finished.peak_rss_mib.max(peaks.rss_mib),
         fds_idle: idle.fds,
         fds_peak: peaks.fds.max(finished.descriptors),
@@ -386,7 +412,10 @@ fn point(
         events_per_s,
         ceiling_per_s,
         ratio_to_ceiling: events_per_s / ceiling_per_s,
+        emitted: emitted + emitted2,
+        stored: stored2,
         lost: lost2.max(lost1),
+        rows_in_files,
         latency_us_p50: finished.latency_us.value_at_quantile(0.5),
         latency_us_p99: finished.latency_us.value_at_quantile(0.99),
         commits: finished.commits,
@@ -449,7 +478,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
 
 fn line(p: &ScalePoint) -> String {
     format!(
-        "N={} StorageShards={} ({} shards): start {:.0} ms, threads {}/{}, RSS {:.0}/{:.0} MiB, \
+        "N={} StorageShards={} ({} shards): start {:.0} ms, threads {}/{}, RSS {:.0}/{:.0} (own {:.0})/{:.0} MiB, \
          fds {}/{} of {} allowed; {:.0} events/s vs ceiling {:.0} ({:.2}), p99 {} µs, batch {:.0}; \
          {} queries: {} answered, {} busy, p99 {} µs, ingest meanwhile {:.0}/s",
         p.rings,
@@ -459,6 +488,8 @@ fn line(p: &ScalePoint) -> String {
         p.threads_idle,
         p.threads_peak,
         p.rss_idle_mib,
+        p.rss_ingest_mib,
+        p.anon_ingest_mib,
         p.rss_peak_mib,
         p.fds_idle,
         p.fds_peak,
@@ -478,14 +509,14 @@ fn line(p: &ScalePoint) -> String {
 
 fn table(points: &[ScalePoint]) -> String {
     let mut out = String::from(
-        "| rings | StorageShards | shards | start-up ms | threads idle/peak | RSS MiB idle/peak \
+        "| rings | StorageShards | shards | start-up ms | threads idle/peak | RSS MiB idle/ingest (own)/peak \
          | fds idle/peak | R2 allowance (Q) | events/s | ceiling/s | ratio | p99 emit→commit ms \
          | batch mean | queries p50/p99 ms | answered / busy | events/s under queries |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for p in points {
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {}/{} | {:.0}/{:.0} | {}/{} | {} ({}) | {:.0} | {:.0} | {:.2} \
+            "| {} | {} | {} | {:.0} | {}/{} | {:.0}/{:.0} ({:.0})/{:.0} | {}/{} | {} ({}) | {:.0} | {:.0} | {:.2} \
              | {:.1} | {:.0} | {:.1}/{:.1} | {} / {} | {:.0} |\n",
             p.rings,
             p.storage_shards,
@@ -494,6 +525,8 @@ fn table(points: &[ScalePoint]) -> String {
             p.threads_idle,
             p.threads_peak,
             p.rss_idle_mib,
+            p.rss_ingest_mib,
+            p.anon_ingest_mib,
             p.rss_peak_mib,
             p.fds_idle,
             p.fds_peak,

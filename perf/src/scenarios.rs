@@ -343,16 +343,20 @@ pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyho
         args.messages, machine.cpus
     );
     println!(
-        "| peer | stores into | stored/s | stored | lost | seconds | sender seconds | version |"
+        "| peer | stores into | stored/s | CPU s per million (by stage) | stored | lost | seconds \
+         | sender seconds | version |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for round in &all {
         for r in round {
             println!(
-                "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} |",
+                "| {} | {} | {:.0} | {}{} | {} | {} | {:.2} | {:.2} | {} |",
                 r.peer.name(),
                 r.stores_into,
                 r.stored_per_s,
+                r.cpu_s_per_million
+                    .map_or("n/a".to_string(), |c| format!("{c:.2}")),
+                syslogbench::stages_text(&r.cpu_by_stage),
                 r.stored,
                 r.lost,
                 r.seconds,

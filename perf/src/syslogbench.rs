@@ -61,6 +61,66 @@ pub struct PeerRun {
     pub seconds: f64,
     pub stored_per_s: f64,
     pub send_seconds: f64,
+    /// CPU seconds per million messages stored, of the peer's process and
+    /// its descendants, from the first send until all were stored (their
+    /// own accounting in /proc: user + system); `None` for the floor,
+    /// which runs in the harness.
+    pub cpu_s_per_million: Option<f64>,
+    /// The same, eventd's threads grouped by stage (thread name without
+    /// its number: syslog-dgram, drain, writer, ...).
+    pub cpu_by_stage: Vec<(String, f64)>,
+}
+
+/// CPU time (ns) of the process `pid` and of all its descendants.
+fn tree_cpu_ns(pid: u32) -> u64 {
+    let own = crate::system::stat_cpu_ns(&format!("/proc/{pid}/stat")).unwrap_or(0);
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|t| t.ok()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let children: Vec<u32> = tasks
+        .iter()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    own + children.into_iter().map(tree_cpu_ns).sum::<u64>()
+}
+
+/// CPU time (ns) of the live threads of `pid` by name, digits and a
+/// trailing '-' dropped (`writer-001` counts as `writer`).
+fn threads_cpu_ns(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut by = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by;
+    };
+    for t in tasks.filter_map(|t| t.ok()) {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stage = comm
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_digit())
+            .trim_end_matches('-')
+            .to_string();
+        let ns = crate::system::stat_cpu_ns(&t.path().join("stat").to_string_lossy()).unwrap_or(0);
+        *by.entry(stage).or_insert(0) += ns;
+    }
+    by
+}
+
+/// CPU figures of one measured run: the whole tree, and eventd's stages.
+struct CpuUse {
+    total_ns: Option<u64>,
+    stages: std::collections::BTreeMap<String, u64>,
+}
+
+fn cpu_now(pid: Option<u32>) -> CpuUse {
+    CpuUse {
+        total_ns: pid.map(tree_cpu_ns),
+        stages: pid.map(threads_cpu_ns).unwrap_or_default(),
+    }
 }
 
 /// Message bytes, as in the measured anchors (~92 B).
@@ -172,6 +232,10 @@ fn start_eventd(binary: &Path, dir: &Path, config: Option<&Path>) -> anyhow::Res
 }
 
 impl Running for Eventd {
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     fn socket(&self) -> PathBuf {
         self.data.join("run/syslog.sock")
     }
@@ -267,6 +331,10 @@ fn start_rsyslog(dir: &Path) -> anyhow::Result<Rsyslog> {
 }
 
 impl Running for Rsyslog {
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("log.sock")
     }
@@ -407,6 +475,10 @@ impl Journald {
 }
 
 impl Running for Journald {
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("run/dev-log")
     }
@@ -556,6 +628,10 @@ impl SyslogNg {
 }
 
 impl Running for SyslogNg {
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
+
     fn socket(&self) -> PathBuf {
         self.dir.join("log.sock")
     }
@@ -636,8 +712,19 @@ fn version(peer: Peer, eventd: &Path, root: &Path) -> String {
 /// Sends N messages to `running`'s socket and watches its store: the time
 /// is from the first send to the first look that finds all N stored (every
 /// 50 ms, the same way for every peer).
-fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<(u64, f64, f64)> {
+/// What [`measure`] found: stored, seconds, the sender's seconds, CPU
+/// seconds per million (the tree), and per stage.
+struct Measured {
+    stored: u64,
+    seconds: f64,
+    send_seconds: f64,
+    cpu_s_per_million: Option<f64>,
+    stages: Vec<(String, f64)>,
+}
+
+fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<Measured> {
     let socket = running.socket();
+    let before = cpu_now(running.pid());
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let sender = std::thread::spawn(move || -> anyhow::Result<f64> {
         let s = UnixDatagram::unbound()?;
@@ -664,12 +751,33 @@ fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<(u64
             break (stored, last.1);
         }
     };
+    let after = cpu_now(running.pid());
     let send_seconds = sender
         .join()
         .map_err(|_| anyhow::anyhow!("the sender panicked"))??;
     let start = started_rx.recv().context("the sender did not start")?;
     let seconds = reached.saturating_duration_since(start).as_secs_f64();
-    Ok((stored, seconds.max(1e-6), send_seconds))
+    let per_million = |ns: u64| ns as f64 / 1e9 / (stored.max(1) as f64 / 1e6);
+    let total = after
+        .total_ns
+        .zip(before.total_ns)
+        .map(|(a, b)| per_million(a.saturating_sub(b)));
+    let stages = after
+        .stages
+        .iter()
+        .map(|(stage, ns)| {
+            let was = before.stages.get(stage).copied().unwrap_or(0);
+            (stage.clone(), per_million(ns.saturating_sub(was)))
+        })
+        .filter(|(_, s)| *s > 0.0)
+        .collect();
+    Ok(Measured {
+        stored,
+        seconds: seconds.max(1e-6),
+        send_seconds,
+        cpu_s_per_million: total,
+        stages,
+    })
 }
 
 // Longer than the ~70 lines a function should be: each peer started, measured,
@@ -711,7 +819,13 @@ pub fn run(
         };
         let measured = measure(peer, running.as_mut(), n);
         let stopped = running.stop();
-        let (mut stored, seconds, send_seconds) = measured?;
+        let Measured {
+            mut stored,
+            seconds,
+            send_seconds,
+            cpu_s_per_million,
+            stages,
+        } = measured?;
         stopped?;
         match peer {
             Peer::Eventd => {
@@ -741,19 +855,37 @@ pub fn run(
             seconds,
             stored_per_s: stored.min(n) as f64 / seconds,
             send_seconds,
+            cpu_s_per_million,
+            cpu_by_stage: if peer == Peer::Eventd {
+                stages
+            } else {
+                Vec::new()
+            },
         };
         eprintln!(
-            "{}: {} of {} stored in {:.2} s ({:.0}/s), {} lost",
+            "{}: {} of {} stored in {:.2} s ({:.0}/s), {} lost, {} CPU s per million{}",
             peer.name(),
             run.stored,
             n,
             run.seconds,
             run.stored_per_s,
-            run.lost
+            run.lost,
+            run.cpu_s_per_million
+                .map_or("n/a".to_string(), |c| format!("{c:.2}")),
+            stages_text(&run.cpu_by_stage)
         );
         runs.push(run);
     }
     Ok(runs)
+}
+
+/// ` (syslog-dgram 1.20, drain 0.80, ...)`, or nothing.
+pub fn stages_text(stages: &[(String, f64)]) -> String {
+    if stages.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = stages.iter().map(|(s, c)| format!("{s} {c:.2}")).collect();
+    format!(" ({})", parts.join(", "))
 }
 
 #[cfg(test)]

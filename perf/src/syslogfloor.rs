@@ -90,6 +90,10 @@ impl Floor {
 }
 
 impl crate::running::Running for Floor {
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
     fn socket(&self) -> PathBuf {
         self.socket.clone()
     }

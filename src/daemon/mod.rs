@@ -102,6 +102,8 @@ pub struct Daemon {
     syslog: Option<crate::syslog::SyslogListener>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
+    /// Gives freed memory back to the kernel (see `threads::Trimmer`).
+    _trim: Option<crate::threads::Trimmer>,
     lock: DataDirLock,
 }
 
@@ -142,6 +144,7 @@ impl Daemon {
         let layout = steps::plan_shards(settings, &rings)?;
         // 6. The active shards' files (R12; damaged ones left, moved past).
         let shard_mode = policy.mode(access::Kind::Shard);
+        store::schema::size_writer_caches(layout.shards);
         let active = store::open_shards(&settings.store_dir, layout.shards, shard_mode)?;
         steps::migrate_historical(settings, &active.health);
         // 7. Where each ring resumes, from every database's receipts (R6, R7).
@@ -248,6 +251,7 @@ impl Daemon {
             syslog: None,
             live,
             _watch: None,
+            _trim: None,
             lock,
         };
         (daemon, active)
@@ -267,6 +271,7 @@ impl Daemon {
         self.start_export(settings, tunables, hook)?;
         self.start_retention(settings, tunables, active)?;
         self._watch = watch_config(settings, &self.live);
+        self._trim = crate::threads::Trimmer::start();
         self.start_query_server(settings)?;
         if let Some(addr) = settings.metrics_listen {
             let state = self.state.clone();
@@ -479,6 +484,7 @@ impl Shared {
                 health,
                 store_dir: settings.store_dir.clone(),
                 mode,
+                batches: Arc::default(),
             },
             syslog_drops: Arc::new(crate::rings::drops::Drops::default()),
         }

@@ -38,8 +38,8 @@ const CHANNEL_SLOT_BYTES: u64 = 1024;
 impl Default for Tunables {
     fn default() -> Self {
         Tunables {
-            // 256 > 0, so this is never the None branch.
-            stripe_len: NonZeroU32::new(256).unwrap_or(NonZeroU32::MIN),
+            // 4096 > 0, so this is never the None branch.
+            stripe_len: NonZeroU32::new(4096).unwrap_or(NonZeroU32::MIN),
             channel: None,
             retention_interval: Duration::from_secs(30),
             export: crate::export::ExportTunables::default(),

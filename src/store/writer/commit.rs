@@ -36,6 +36,58 @@ impl Batch {
         self.bytes.clear();
     }
 
+    /// Room held, in bytes.
+    pub(super) fn footprint(&self) -> usize {
+        self.bytes.capacity()
+            + self.ends.capacity() * std::mem::size_of::<usize>()
+            + self.headers.capacity() * std::mem::size_of::<Handoff>()
+    }
+}
+
+/// Batch buffers the writers share: a writer takes one when a batch starts
+/// and gives it back after the commit, so that memory follows the writers
+/// busy at once, not the shard count. (A batch of 4096 events holds about
+/// 1 MiB; kept by each of 256 writers, mostly idle between their stripes,
+/// that was a quarter of a GiB.) At most [`BatchPool::KEEP`] idle buffers
+/// are kept.
+#[derive(Default)]
+pub struct BatchPool {
+    idle: std::sync::Mutex<Vec<Batch>>,
+}
+
+impl BatchPool {
+    /// Idle buffers kept: more than the writers a few drains keep busy.
+    const KEEP: usize = 8;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Batch>> {
+        // Each change under the lock is one push or pop.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An empty batch, with room from an earlier one if any is idle.
+    pub(super) fn take(&self) -> Batch {
+        self.lock().pop().unwrap_or_default()
+    }
+
+    /// Gives `batch`'s room back (dropped if enough are kept).
+    pub(super) fn give(&self, mut batch: Batch) {
+        if batch.footprint() == 0 {
+            return;
+        }
+        batch.clear();
+        let mut idle = self.lock();
+        if idle.len() < Self::KEEP {
+            idle.push(batch);
+        }
+    }
+
+    /// Bytes the idle buffers hold.
+    pub fn idle_bytes(&self) -> usize {
+        self.lock().iter().map(Batch::footprint).sum()
+    }
+}
+
+impl Batch {
     pub(super) fn payload(&self, i: usize) -> &[u8] {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         &self.bytes[start..self.ends[i]]
@@ -251,4 +303,39 @@ pub(super) fn add_to_runs(runs: &mut Vec<Run>, h: &Handoff, now_ns: i64) {
             committed_at: now_ns,
         },
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_pool_passes_room_on_and_keeps_a_bounded_amount() {
+        let pool = BatchPool::default();
+        let mut a = pool.take();
+        a.push(&Handoff::default(), &[7u8; 100_000]);
+        let room = a.footprint();
+        pool.give(a);
+        // The next writer gets that room, empty.
+        let b = pool.take();
+        assert_eq!((b.len(), b.footprint()), (0, room));
+        assert_eq!(pool.idle_bytes(), 0);
+        pool.give(b);
+        // More buffers than KEEP: the extra ones are freed, not kept.
+        let many: Vec<Batch> = (0..BatchPool::KEEP + 5)
+            .map(|_| {
+                let mut x = pool.take();
+                x.push(&Handoff::default(), &[1u8; 1000]);
+                x
+            })
+            .collect();
+        for x in many {
+            pool.give(x);
+        }
+        assert_eq!(pool.lock().len(), BatchPool::KEEP);
+        // An empty default batch holds nothing and is not kept.
+        pool.lock().clear();
+        pool.give(Batch::default());
+        assert_eq!(pool.lock().len(), 0);
+    }
 }

@@ -23,6 +23,7 @@ use super::retention::{self, WriterControl};
 use super::StoreError;
 use crate::channel::{Receiver, TryRecvError};
 use crate::drain::{CommitTracker, Handoff, Kind};
+pub use commit::BatchPool;
 use commit::{Batch, Run};
 use damage::FileWatch;
 use rusqlite::Connection;
@@ -50,6 +51,8 @@ pub struct WriterShared {
     /// Where new generations of a shard are made, and their mode.
     pub store_dir: PathBuf,
     pub mode: crate::access::Mode,
+    /// Batch buffers, shared by all writers.
+    pub batches: Arc<BatchPool>,
 }
 
 pub struct ShardWriter {
@@ -77,6 +80,8 @@ const SHUTDOWN_ATTEMPTS: u32 = 5;
 /// docs/performance.md).
 const LINGER_BELOW_ITEMS: usize = 1024;
 const LINGER: Duration = Duration::from_millis(1);
+/// Pauses of [`LINGER`] a batch may wait through while each brings more.
+const LINGER_STEPS: u32 = 8;
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 /// New files one batch may move on to (each after its commit found the
 /// file damaged); beyond, the batch is retried as a failing commit.
@@ -117,13 +122,23 @@ impl ShardWriter {
     /// empty, then closes the database (checkpointing the WAL).
     pub fn run(mut self) -> Result<(), StoreError> {
         loop {
+            // The last batch's room went back to the pool: none is held
+            // while waiting. A buffer is taken when the first item comes.
+            let pool = &self.shared.batches;
+            self.shared.batches.give(std::mem::take(&mut self.batch));
             let batch = &mut self.batch;
-            batch.clear();
+            let first = |h: &Handoff, p: &[u8]| {
+                if batch.footprint() == 0 {
+                    *batch = pool.take();
+                }
+                accept(batch, h, p)
+            };
             // Wait for one item, then read MaxBatchSize: a change made while
             // the writer waited applies to this very batch (R11).
-            if self.rx.recv_batch(1, |h, p| accept(batch, h, p)).is_err() {
+            if self.rx.recv_batch(1, first).is_err() {
                 break; // every sender is gone and nothing is left
             }
+            let batch = &mut self.batch;
             let max = self.shared.max_batch.load(Ordering::Relaxed).max(1) as usize;
             let drain = |rx: &mut Receiver<Handoff>, batch: &mut Batch| {
                 while batch.len() < max {
@@ -134,16 +149,32 @@ impl ShardWriter {
                 }
             };
             drain(&mut self.rx, batch);
-            if (2..LINGER_BELOW_ITEMS.min(max)).contains(&batch.len()) {
-                // A steady stream that keeps the channel just short of
-                // full would otherwise be committed a hundred events at a
-                // time, and a commit costs about as much as a few hundred
-                // rows (its pages go through the WAL and the checkpoint).
-                // Lingering gathers more first; a lone event (an idle
-                // daemon) is committed at once.
+            // More is on its way when a drain keeps the channel full
+            // (it may be waiting for room: take what it brings at once),
+            // or when a steady stream keeps it just short of full (pause
+            // for more): a commit costs about as much as a few hundred rows
+            // (its pages go through the WAL and the checkpoint), so a
+            // batch gathers more first, for as long as each look brings
+            // more. A lone event (an idle daemon) is committed at once.
+            let slots = self.rx.capacity().slots;
+            let mut got = batch.len();
+            let mut paused = 0;
+            while (2..max).contains(&batch.len()) && paused < LINGER_STEPS {
                 self.rx.release_consumed();
-                std::thread::sleep(LINGER);
+                if got >= slots / 2 {
+                    std::thread::yield_now();
+                } else if batch.len() < LINGER_BELOW_ITEMS {
+                    std::thread::sleep(LINGER);
+                    paused += 1;
+                } else {
+                    break;
+                }
+                let before = batch.len();
                 drain(&mut self.rx, batch);
+                got = batch.len() - before;
+                if got == 0 {
+                    break;
+                }
             }
             // Room goes back before the commit, not after it.
             self.rx.release_consumed();
@@ -330,6 +361,7 @@ mod tests {
             health: Arc::new(StoreHealth::default()),
             store_dir: dir.path().to_path_buf(),
             mode: crate::access::Mode::PRIVATE,
+            batches: Arc::default(),
         };
         let control = Arc::new(WriterControl::default());
         let stats = Arc::new(WriterStats::default());
