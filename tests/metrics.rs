@@ -219,9 +219,9 @@ fn metrics_match_counted_truth_after_a_known_load() {
                 event_bytes[shard],
                 one(
                     c,
-                    "SELECT sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
-                     + length(CAST(message AS BLOB)) + ifnull(length(CAST(fields AS BLOB)), 0)) \
-                     FROM events"
+                    "SELECT coalesce(sum(length(CAST(provider AS BLOB)) \
+                     + length(CAST(name AS BLOB)) + length(CAST(message AS BLOB)) \
+                     + ifnull(length(CAST(fields AS BLOB)), 0)), 0) FROM events"
                 ),
                 "shard {shard}"
             );

@@ -194,7 +194,9 @@ fn retention_by_age_then_size_on_active_and_historical_shards_while_queries_run(
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let cfg = config(dir.path(), "StorageShards = 4\n");
-    let fast = ["--retention-interval-ms", "200"];
+    // Stripes of 256 (the default is 4096): a few thousand events then
+    // reach all four shards, as the test needs.
+    let fast = ["--retention-interval-ms", "200", "--stripe-len", "256"];
 
     // Four shards get old (30 days), just over and just under a day,
     // middle-aged (2 hours) and new events.
