@@ -151,13 +151,14 @@ impl ShardWriter {
                 }
             };
             drain(&mut self.rx, batch);
-            // More is on its way when a drain keeps the channel full
-            // (it may be waiting for room: take what it brings at once),
-            // or when a steady stream keeps it just short of full (pause
-            // for more): a commit costs about as much as a few hundred rows
-            // (its pages go through the WAL and the checkpoint), so a
-            // batch gathers more first, for as long as each look brings
-            // more. A lone event (an idle daemon) is committed at once.
+            // More is on its way when a drain keeps the channel full (it
+            // may be waiting for room: yield, and take what it brings at
+            // once, for as long as each look brings half a channel), or
+            // when a steady stream keeps it just short of full (pause
+            // once for more): a commit costs about as much as a few
+            // hundred rows (its pages go through the WAL and the
+            // checkpoint), so a batch gathers more first. A lone event (an
+            // idle daemon) is committed at once.
             let slots = self.rx.capacity().slots;
             let mut got = batch.len();
             let mut paused = 0;
