@@ -124,9 +124,14 @@ impl Trimmer {
             .name("trim".to_string())
             .spawn(move || {
                 while !s.sleep(Trimmer::INTERVAL) {
+                    // glibc's; other C libraries have no such call (the
+                    // thread then only sleeps).
                     // SAFETY: malloc_trim only releases free memory of the
                     // allocator's heaps; no live allocation is touched.
-                    unsafe { libc::malloc_trim(0) };
+                    #[cfg(target_env = "gnu")]
+                    unsafe {
+                        libc::malloc_trim(0);
+                    }
                 }
             })
             .ok()?;
