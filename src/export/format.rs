@@ -8,7 +8,7 @@
 //! the same bytes, which is what lets ClickHouse recognise a resent block
 //! (its deduplication hashes the block's data).
 
-use crate::store::rows::{EventRow, GapRow};
+use crate::store::rows::{EventRow, EventView, GapRow};
 
 /// The columns of `events` in ClickHouse, in the order batches carry them.
 pub const EVENT_COLUMNS: &str = "host, source, source_id, ts, cpu, seq, ring_epoch, pid, tid, \
@@ -77,44 +77,6 @@ fn origin(out: &mut Vec<u8>, o: &Origin<'_>) {
     out.extend_from_slice(&(o.id as u64).to_le_bytes());
 }
 
-/// An event's columns as the encoders take them: borrowed, so that a batch
-/// is encoded straight from the shard's rows without a copy of each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EventView<'a> {
-    pub ts: i64,
-    pub cpu: u32,
-    pub seq: u64,
-    pub ring_epoch: i64,
-    pub pid: u32,
-    pub tid: u32,
-    pub uid: u32,
-    pub level: u8,
-    pub provider: &'a str,
-    pub name: &'a str,
-    pub message: &'a str,
-    /// "" when the event has none.
-    pub fields: &'a str,
-}
-
-impl EventRow {
-    pub fn view(&self) -> EventView<'_> {
-        EventView {
-            ts: self.ts,
-            cpu: self.cpu,
-            seq: self.seq,
-            ring_epoch: self.ring_epoch,
-            pid: self.pid,
-            tid: self.tid,
-            uid: self.uid,
-            level: self.level,
-            provider: &self.provider,
-            name: &self.name,
-            message: &self.message,
-            fields: self.fields.as_deref().unwrap_or(""),
-        }
-    }
-}
-
 /// Appends one event in RowBinary ([`EVENT_COLUMNS`]; no fields is "").
 pub fn event_row_binary(out: &mut Vec<u8>, o: &Origin<'_>, e: &EventView<'_>) {
     origin(out, o);
@@ -129,7 +91,7 @@ pub fn event_row_binary(out: &mut Vec<u8>, o: &Origin<'_>, e: &EventView<'_>) {
     string(out, e.provider);
     string(out, e.name);
     string(out, e.message);
-    string(out, e.fields);
+    string(out, e.fields.unwrap_or(""));
 }
 
 /// Appends one gap in RowBinary ([`GAP_COLUMNS`]).
@@ -171,7 +133,7 @@ struct EventLine<'a> {
 pub fn event_json(out: &mut Vec<u8>, o: &Origin<'_>, e: &EventView<'_>) {
     let line = EventLine {
         cpu: e.cpu,
-        fields: e.fields,
+        fields: e.fields.unwrap_or(""),
         host: o.host,
         level: e.level,
         message: e.message,

@@ -3,10 +3,9 @@
 //! reading the same range again gives the same rows in the same order (a
 //! row can only have gone since, deleted by retention).
 
-use super::format::{self, EventView, Format, Origin};
+use super::format::{self, Format, Origin};
 use super::state::Table;
-use crate::store::rows::{GapRow, EVENT_COLUMNS, GAP_COLUMNS};
-use rusqlite::types::ValueRef;
+use crate::store::rows::{EventView, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 
@@ -196,7 +195,7 @@ impl ShardSource {
             };
             let key = match table {
                 Table::Events => {
-                    let e = event_view(r).map_err(|e| self.err(e))?;
+                    let e = EventView::from_row(r).map_err(|e| self.err(e))?;
                     match encoding.format {
                         Format::RowBinary => format::event_row_binary(&mut batch.body, &origin, &e),
                         Format::JsonEachRow => format::event_json(&mut batch.body, &origin, &e),
@@ -275,33 +274,6 @@ impl ShardSource {
             )
             .map_err(|e| self.err(e))
     }
-}
-
-/// The row `r` of a statement selecting [`EVENT_COLUMNS`] (first), its
-/// strings borrowed from the statement: no copy of them is made.
-fn event_view<'r>(r: &'r rusqlite::Row<'_>) -> rusqlite::Result<EventView<'r>> {
-    let text = |i: usize| -> rusqlite::Result<&'r str> {
-        match r.get_ref(i)? {
-            ValueRef::Null => Ok(""),
-            v => v.as_str().map_err(|e| {
-                rusqlite::Error::FromSqlConversionFailure(i, v.data_type(), Box::new(e))
-            }),
-        }
-    };
-    Ok(EventView {
-        ts: r.get(0)?,
-        cpu: r.get(1)?,
-        seq: r.get::<_, i64>(2)? as u64,
-        ring_epoch: r.get(3)?,
-        pid: r.get(4)?,
-        tid: r.get(5)?,
-        uid: r.get(6)?,
-        level: r.get(7)?,
-        provider: text(8)?,
-        name: text(9)?,
-        message: text(10)?,
-        fields: text(11)?,
-    })
 }
 
 #[cfg(test)]

@@ -698,13 +698,7 @@ fn settle(
     let mut from = lo;
     loop {
         let shard = &source.shard;
-        let mut rows = shard.after(
-            table,
-            from.saturating_sub(1),
-            ctx.batch_rows,
-            ctx.encoding(),
-        )?;
-        rows.retain(|id| id <= hi);
+        let rows = shard.select(table, (from, hi), ctx.batch_rows, ctx.encoding())?;
         let end = match rows.last_id() {
             Some(last) if (rows.len() as u64) >= ctx.batch_rows && last < hi => last,
             _ => hi,

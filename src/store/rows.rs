@@ -126,7 +126,66 @@ impl EventRow {
 
     /// The row `r` of a statement selecting [`EVENT_COLUMNS`] (first).
     pub fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
-        Ok(EventRow {
+        EventView::from_row(r).map(|v| v.to_row())
+    }
+
+    /// The event's columns, borrowed.
+    pub fn view(&self) -> EventView<'_> {
+        EventView {
+            ts: self.ts,
+            cpu: self.cpu,
+            seq: self.seq,
+            ring_epoch: self.ring_epoch,
+            pid: self.pid,
+            tid: self.tid,
+            uid: self.uid,
+            level: self.level,
+            provider: &self.provider,
+            name: &self.name,
+            message: &self.message,
+            fields: self.fields.as_deref(),
+        }
+    }
+}
+
+/// One stored event with its strings borrowed, from a statement's row or
+/// an [`EventRow`]: what the export stage encodes batches from, without a
+/// copy of each row's strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventView<'a> {
+    pub ts: i64,
+    pub cpu: u32,
+    pub seq: u64,
+    pub ring_epoch: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub level: u8,
+    pub provider: &'a str,
+    pub name: &'a str,
+    pub message: &'a str,
+    pub fields: Option<&'a str>,
+}
+
+impl<'a> EventView<'a> {
+    /// The row `r` of a statement selecting [`EVENT_COLUMNS`] (first), its
+    /// strings borrowed from the statement. A text column holding
+    /// something else is the error `Row::get::<String>` gives.
+    pub fn from_row(r: &'a Row<'_>) -> rusqlite::Result<EventView<'a>> {
+        let text = |i: usize| -> rusqlite::Result<Option<&'a str>> {
+            let v = r.get_ref(i)?;
+            v.as_str_or_null().map_err(|_| {
+                let name = r.as_ref().column_name(i).unwrap_or("?").to_string();
+                rusqlite::Error::InvalidColumnType(i, name, v.data_type())
+            })
+        };
+        let required = |i: usize| -> rusqlite::Result<&'a str> {
+            text(i)?.ok_or_else(|| {
+                let name = r.as_ref().column_name(i).unwrap_or("?").to_string();
+                rusqlite::Error::InvalidColumnType(i, name, rusqlite::types::Type::Null)
+            })
+        };
+        Ok(EventView {
             ts: r.get(0)?,
             cpu: r.get(1)?,
             seq: r.get::<_, i64>(2)? as u64,
@@ -135,11 +194,29 @@ impl EventRow {
             tid: r.get(5)?,
             uid: r.get(6)?,
             level: r.get(7)?,
-            provider: r.get(8)?,
-            name: r.get(9)?,
-            message: r.get(10)?,
-            fields: r.get(11)?,
+            provider: required(8)?,
+            name: required(9)?,
+            message: required(10)?,
+            fields: text(11)?,
         })
+    }
+
+    /// The event with its strings copied.
+    pub fn to_row(&self) -> EventRow {
+        EventRow {
+            ts: self.ts,
+            cpu: self.cpu,
+            seq: self.seq,
+            ring_epoch: self.ring_epoch,
+            pid: self.pid,
+            tid: self.tid,
+            uid: self.uid,
+            level: self.level,
+            provider: self.provider.to_string(),
+            name: self.name.to_string(),
+            message: self.message.to_string(),
+            fields: self.fields.map(str::to_string),
+        }
     }
 }
 
