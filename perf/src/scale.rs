@@ -125,19 +125,12 @@ struct ProcSample {
 
 fn sample(pid: u32) -> ProcSample {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
+    let field = |name: &str| system::status_field(&status, name);
     ProcSample {
         threads: field("Threads:") as u64,
         rss_mib: field("VmRSS:") / 1024.0,
         anon_mib: field("RssAnon:") / 1024.0,
-        fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
+        fds: system::count_fds(&format!("/proc/{pid}/fd")),
     }
 }
 

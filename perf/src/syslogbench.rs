@@ -94,17 +94,11 @@ fn tree_cpu_ns(pid: u32) -> u64 {
 /// trailing '-' dropped (`writer-001` counts as `writer`).
 fn threads_cpu_ns(pid: u32) -> std::collections::BTreeMap<String, u64> {
     let mut by = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return by;
-    };
-    for t in tasks.filter_map(|t| t.ok()) {
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let stage = comm
-            .trim()
+    for (name, ns) in crate::system::threads_cpu(&format!("/proc/{pid}")) {
+        let stage = name
             .trim_end_matches(|c: char| c.is_ascii_digit())
             .trim_end_matches('-')
             .to_string();
-        let ns = crate::system::stat_cpu_ns(&t.path().join("stat").to_string_lossy()).unwrap_or(0);
         *by.entry(stage).or_insert(0) += ns;
     }
     by

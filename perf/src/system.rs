@@ -390,35 +390,50 @@ pub fn stat_cpu_ns(stat: &str) -> Option<u64> {
     Some(ticks * 1_000_000_000 / hz)
 }
 
-/// CPU time (ns) of the threads of the process at `proc_dir` whose name
-/// starts with `prefix`.
-pub fn threads_cpu_ns(proc_dir: &str, prefix: &str) -> u64 {
+/// Each live thread of the process at `proc_dir`: its name and CPU time
+/// (ns).
+pub fn threads_cpu(proc_dir: &str) -> Vec<(String, u64)> {
     let Ok(tasks) = std::fs::read_dir(format!("{proc_dir}/task")) else {
-        return 0;
+        return Vec::new();
     };
     tasks
         .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        .filter_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            let ns = stat_cpu_ns(&t.path().join("stat").to_string_lossy())?;
+            Some((comm.trim().to_string(), ns))
         })
-        .filter_map(|t| stat_cpu_ns(&t.path().join("stat").to_string_lossy()))
+        .collect()
+}
+
+/// CPU time (ns) of the threads of the process at `proc_dir` whose name
+/// starts with `prefix`.
+pub fn threads_cpu_ns(proc_dir: &str, prefix: &str) -> u64 {
+    threads_cpu(proc_dir)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(prefix))
+        .map(|(_, ns)| ns)
         .sum()
 }
 
-fn count_fds(dir: &str) -> usize {
+pub fn count_fds(dir: &str) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| d.count())
 }
 
+/// The number after `name` (e.g. `"VmHWM:"`) in a `/proc/PID/status` text;
+/// 0 when absent.
+pub fn status_field(status: &str, name: &str) -> f64 {
+    status
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
 fn peak_rss_mib(status: &str) -> f64 {
-    std::fs::read_to_string(status)
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    let text = std::fs::read_to_string(status).unwrap_or_default();
+    status_field(&text, "VmHWM:") / 1024.0
 }
 
 /// Producers of either kind.

@@ -42,6 +42,11 @@ impl Batch {
             + self.ends.capacity() * std::mem::size_of::<usize>()
             + self.headers.capacity() * std::mem::size_of::<Handoff>()
     }
+
+    pub(super) fn payload(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
 }
 
 /// Batch buffers the writers share: a writer takes one when a batch starts
@@ -82,15 +87,9 @@ impl BatchPool {
     }
 
     /// Bytes the idle buffers hold.
-    pub fn idle_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn idle_bytes(&self) -> usize {
         self.lock().iter().map(Batch::footprint).sum()
-    }
-}
-
-impl Batch {
-    pub(super) fn payload(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
     }
 }
 

@@ -127,7 +127,7 @@ impl ShardWriter {
             // The last batch's room went back to the pool: none is held
             // while waiting. A buffer is taken when the first item comes.
             let pool = &self.shared.batches;
-            self.shared.batches.give(std::mem::take(&mut self.batch));
+            pool.give(std::mem::take(&mut self.batch));
             let batch = &mut self.batch;
             let first = |h: &Handoff, p: &[u8]| {
                 if batch.footprint() == 0 {
