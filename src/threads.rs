@@ -60,6 +60,39 @@ pub fn join_all(handles: impl IntoIterator<Item = Watched>, failures: &mut Vec<S
     }
 }
 
+/// Sets the calling thread's niceness (Linux: niceness is per thread;
+/// threads it starts later inherit it). Raising it is always allowed;
+/// lowering it again needs CAP_SYS_NICE or a high enough RLIMIT_NICE.
+pub fn set_own_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority only reads its arguments; PRIO_PROCESS with a
+    // thread id changes that one thread of this process.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS as _, tid as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's niceness.
+pub fn own_nice() -> std::io::Result<i32> {
+    // SAFETY: as in set_own_nice.
+    let tid = unsafe { libc::gettid() };
+    // getpriority returns the niceness itself, so -1 is also a valid
+    // answer: errno tells an error apart.
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: getpriority only reads its arguments.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS as _, tid as libc::id_t) };
+    let err = std::io::Error::last_os_error();
+    if nice == -1 && err.raw_os_error().is_some_and(|e| e != 0) {
+        return Err(err);
+    }
+    Ok(nice)
+}
+
 /// A stop flag a sleeping thread wakes up for (the retention coordinator
 /// between passes, the export workers between rounds).
 #[derive(Default)]

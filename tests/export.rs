@@ -1019,3 +1019,85 @@ fn a_shard_file_rolled_back_under_its_cursor_loses_and_duplicates_nothing() {
     );
     host.stop();
 }
+
+/// The niceness of each of `pid`'s threads whose name starts with
+/// `prefix` (field 19 of /proc/PID/task/TID/stat).
+fn thread_nices(pid: u32, prefix: &str) -> Vec<i64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut nices = Vec::new();
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The name in parentheses may hold spaces; the fields after it
+        // start at state (field 3), so niceness (19) is the 17th.
+        if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+            if let Some(n) = rest.split_whitespace().nth(16).and_then(|n| n.parse().ok()) {
+                nices.push(n);
+            }
+        }
+    }
+    nices
+}
+
+/// Export is background work: its threads run at `ExportNice` (10 by
+/// default) while drains and writers stay at 0, and a reload changes it
+/// live. No cluster is needed: the workers start and back off against a
+/// port nothing listens on.
+#[test]
+fn export_threads_run_below_ingestion_and_follow_export_nice() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ExportUrl = \"http://127.0.0.1:{port}/\"\n");
+    let cfg = config(dir.path(), &url);
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let pid = eventd.child.id();
+    let all = |prefix: &str, nice: i64| {
+        let n = thread_nices(pid, prefix);
+        !n.is_empty() && n.iter().all(|&x| x == nice)
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || all("export-", 10)),
+        "export threads: {:?}",
+        thread_nices(pid, "export-")
+    );
+    assert!(
+        all("drain-", 0),
+        "drains: {:?}",
+        thread_nices(pid, "drain-")
+    );
+    assert!(
+        all("writer-", 0),
+        "writers: {:?}",
+        thread_nices(pid, "writer-")
+    );
+
+    // A live change, written the way editors do (new file, renamed over).
+    let tmp = dir.path().join("eventd.toml.new");
+    std::fs::write(&tmp, format!("{url}ExportNice = 15\n")).unwrap();
+    std::fs::rename(&tmp, &cfg).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || all("export-", 15)),
+        "export threads after the reload: {:?}",
+        thread_nices(pid, "export-")
+    );
+    // Out of range: refused with the key, the running value kept.
+    std::fs::write(&tmp, format!("{url}ExportNice = 20\n")).unwrap();
+    std::fs::rename(&tmp, &cfg).unwrap();
+    assert!(wait_for(Duration::from_secs(30), || {
+        common::eventctl_json(&data, "config")["config"]["last_reload_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("ExportNice = 20") && e.contains("0..=19"))
+    }));
+    assert!(all("export-", 15), "{:?}", thread_nices(pid, "export-"));
+    eventd.stop();
+}

@@ -2,7 +2,7 @@
 //! one reference database holding the same rows; access, limits, follow.
 #![cfg(not(loom))]
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{as_nobody, wait_for_events, Eventd, EVENTCTL};
+use common::{as_nobody, wait_for_events, wait_until, Eventd, EVENTCTL};
 
 fn eventctl(data: &Path) -> Command {
     let mut c = Command::new(EVENTCTL);
@@ -141,7 +141,14 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     );
     wait_for_events(&data, 600);
     d.stop();
-    let two = config(dir.path(), "two.toml", "StorageShards = 2\n");
+    // Then every filter that can have a query index has one: the answers
+    // must not change (the historical shards get theirs from retention).
+    let two = config(
+        dir.path(),
+        "two.toml",
+        "StorageShards = 2\nQueryIndexes = [\"provider\", \"name\", \"level\", \"pid\", \
+         \"uid\", \"cpu\", \"fields.unit\"]\n",
+    );
     let d = Eventd::start(&data, Some(&two));
     emit(&data, "gamma", "info", None, &batch("gamma disk", 300));
     emit(
@@ -263,6 +270,34 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
         assert_eq!(first, all[..137]);
         assert_eq!(second, all[137..274]);
     }
+    // Every file, active or historical, has exactly the listed indexes;
+    // with none listed, eventd's own go and nothing else does.
+    let indexes = |j: usize| -> Vec<String> {
+        let path = data.join(format!("store/shard-{j:03}.db"));
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        eventd::store::indexes::present(&conn).unwrap()
+    };
+    let listed = [
+        "events_by_cpu",
+        "events_by_field_756e6974",
+        "events_by_level",
+        "events_by_name",
+        "events_by_pid",
+        "events_by_provider",
+        "events_by_uid",
+    ];
+    wait_until("the query indexes in every file", || {
+        (0..4).all(|j| indexes(j) == listed)
+    });
+    d.stop();
+    let none = config(dir.path(), "none.toml", "StorageShards = 2\nQueryIndexes = []\n");
+    let d = Eventd::start(&data, Some(&none));
+    wait_until("no query index left", || (0..4).all(|j| indexes(j).is_empty()));
+    assert_eq!(
+        queried(&data, &["--provider", "alpha"]),
+        expected(&r, "provider = 'alpha'", false, None)
+    );
+
     // Offline reads the same files without the daemon.
     d.stop();
     let offline: Vec<String> = queried(&data, &["--offline", "--provider", "gamma"]);

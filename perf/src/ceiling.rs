@@ -52,7 +52,10 @@ pub fn run_with(
     eventd::store::schema::size_writer_caches(shards);
     let mut prepared = Vec::with_capacity(shards);
     for j in 0..shards {
-        let conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;
+        let path = eventd::store::shard_path(dir, j);
+        let conn = eventd::store::open_shard(&path)?;
+        // The query indexes eventd's writers give their shards by default.
+        eventd::store::indexes::sync(&conn, &eventd::config::query_indexes_default(), &path)?;
         for sql in adjust {
             conn.execute_batch(sql)?;
         }

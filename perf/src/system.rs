@@ -83,14 +83,22 @@ impl Running {
                     settings.max_batch_size,
                     settings.max_concurrent_queries
                 );
+                // Entries are columns or `fields.KEY` with a plain key:
+                // nothing in them needs escaping in a TOML string.
+                let indexes: Vec<String> = settings
+                    .query_indexes
+                    .iter()
+                    .map(|q| format!("\"{}\"", q.label()))
+                    .collect();
+                text.push_str(&format!("QueryIndexes = [{}]\n", indexes.join(", ")));
                 let mut cmd = Command::new(eventd);
                 if let Some(e) = &settings.export {
                     // TOML basic strings: the harness's own names and URLs,
                     // without quotes or backslashes.
                     text.push_str(&format!(
                         "HostName = \"{}\"\nExportUrl = \"{}\"\nExportDatabase = \"{}\"\n\
-                         ExportBatchRows = {}\n",
-                        settings.host_name, e.url, e.database, e.batch_rows
+                         ExportBatchRows = {}\nExportNice = {}\n",
+                        settings.host_name, e.url, e.database, e.batch_rows, e.nice
                     ));
                     cmd.arg("--export-format")
                         .arg(match tunables.export.format {

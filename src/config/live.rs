@@ -3,10 +3,10 @@
 //! A reload reads the file again and validates it whole. If it is invalid,
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once (MaxBatchSize: the writers' next commit threshold, never a
-//! channel; the retention limits; ExportBatchRows, ExportUser and
-//! ExportPasswordFile, from the next batch), and restart-only keys
+//! channel; the retention limits; ExportBatchRows, ExportNice, ExportUser
+//! and ExportPasswordFile, from the next batch), and restart-only keys
 //! (StorageShards, the directories, RingBytes, MaxConcurrentQueries,
-//! QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
+//! QueryIndexes, QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
 //! ExportUrl, ExportDatabase) are deferred: logged once and shown by
 //! `eventctl config` until the next start.
 
@@ -220,6 +220,11 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         export(running, |e| e.database.clone()),
         export(file, |e| e.database.clone()),
     );
+    let indexes = |s: &Settings| {
+        let labels: Vec<String> = s.query_indexes.iter().map(|q| q.label()).collect();
+        format!("[{}]", labels.join(", "))
+    };
+    check("QueryIndexes", indexes(running), indexes(file));
     check(
         "SyslogReceive",
         format!("{:?}", running.syslog_receive),
@@ -280,6 +285,23 @@ mod tests {
         let state = live.state();
         assert_eq!(state.effective.max_batch_size, 100);
         assert!(state.last_error.unwrap().contains("MaxBatchSize = 0"));
+    }
+
+    #[test]
+    fn query_indexes_are_deferred_to_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "");
+        std::fs::write(&file, "QueryIndexes = [\"level\"]\n").unwrap();
+        live.reload();
+        let state = live.state();
+        assert_eq!(
+            state.deferred,
+            vec!["QueryIndexes: running [provider, name], file says [level]".to_string()]
+        );
+        assert_eq!(
+            state.effective.query_indexes,
+            crate::config::query_indexes_default()
+        );
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub const MAX_BATCH_SIZE_RANGE: (u64, u64) = (1, 1_000_000);
 pub const MAX_CONCURRENT_QUERIES_DEFAULT: u64 = 128;
 pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
 
+/// `QueryIndexes`: the events columns and structured fields each shard
+/// indexes for queries (beside the time, always indexed). The default was
+/// chosen with `eventd-perf fields` (docs/performance.md, "A day of
+/// events").
+pub const QUERY_INDEXES_DEFAULT: &[&str] = &["provider", "name"];
+
 /// `QueryGroup`: who may query besides root and eventd's own user.
 pub const QUERY_GROUP_DEFAULT: &str = "eventd";
 
@@ -40,6 +46,14 @@ pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
 /// ClickHouse's block size (1,048,576 rows), so a batch is one block.
 pub const EXPORT_BATCH_ROWS_DEFAULT: u64 = 50_000;
 pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
+
+/// `ExportNice`: the scheduling niceness of the export threads. Export is
+/// background work: on a host whose CPUs are busy, ingestion (rings,
+/// drains, writers at niceness 0) should win them, and export catch up when
+/// they are free. 10 gives a nice-0 thread about ten times the export
+/// thread's share of a contended CPU (the kernel's weights 1024 vs 110).
+pub const EXPORT_NICE_DEFAULT: u64 = 10;
+pub const EXPORT_NICE_RANGE: (u64, u64) = (0, 19);
 
 /// `ExportDatabase`'s default.
 pub const EXPORT_DATABASE_DEFAULT: &str = "eventd";
@@ -63,6 +77,9 @@ pub struct ConfigFile {
     pub retention_max_age: Option<String>,
     /// Keep the store under this many bytes (unset = no limit).
     pub retention_max_bytes: Option<i64>,
+    /// Columns and structured fields (`fields.KEY`) indexed for queries;
+    /// restart-only. Default: provider and name.
+    pub query_indexes: Option<Vec<String>>,
     /// Members of this group may query (root and eventd's own user always
     /// may). Default "eventd"; a group that does not exist allows no one else.
     pub query_group: Option<String>,
@@ -99,6 +116,9 @@ pub struct ConfigFile {
     /// A file whose first line is that user's password (not readable by
     /// every local user); relative to the data directory.
     pub export_password_file: Option<PathBuf>,
+    /// The export threads' niceness, 0..=19 (default 10): below the
+    /// ingestion threads, so that a busy host ingests first.
+    pub export_nice: Option<i64>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -142,6 +162,8 @@ pub struct Settings {
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
     pub producer_group: String,
+    /// `QueryIndexes`, checked, each once, in the order given.
+    pub query_indexes: Vec<crate::store::indexes::QueryIndex>,
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// `None`: that socket is off.
     pub syslog_socket: Option<PathBuf>,
@@ -256,6 +278,7 @@ impl ConfigFile {
                 .query_group
                 .clone()
                 .unwrap_or_else(|| QUERY_GROUP_DEFAULT.to_string()),
+            query_indexes: query_indexes(self.query_indexes.as_deref())?,
             producer_group: self
                 .producer_group
                 .clone()
@@ -326,6 +349,12 @@ impl ConfigFile {
                 EXPORT_BATCH_ROWS_DEFAULT,
                 EXPORT_BATCH_ROWS_RANGE,
             )?,
+            nice: ranged(
+                "ExportNice",
+                self.export_nice,
+                EXPORT_NICE_DEFAULT,
+                EXPORT_NICE_RANGE,
+            )? as i32,
             user: self.export_user.clone(),
             password_file: self.export_password_file.as_ref().map(|p| {
                 if p.is_absolute() {
@@ -336,6 +365,36 @@ impl ConfigFile {
             }),
         }))
     }
+}
+
+/// The default `QueryIndexes`, parsed.
+pub fn query_indexes_default() -> Vec<crate::store::indexes::QueryIndex> {
+    // The default list is made of valid entries (a test parses it).
+    query_indexes(None).unwrap_or_default()
+}
+
+/// `QueryIndexes` checked: each entry a column or `fields.KEY`, duplicates
+/// dropped.
+fn query_indexes(
+    entries: Option<&[String]>,
+) -> Result<Vec<crate::store::indexes::QueryIndex>, ConfigError> {
+    use crate::store::indexes::QueryIndex;
+    let default: Vec<String> = QUERY_INDEXES_DEFAULT
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut out: Vec<QueryIndex> = Vec::new();
+    for entry in entries.unwrap_or(&default) {
+        let q = QueryIndex::parse(entry.trim()).map_err(|allowed| ConfigError::Range {
+            key: "QueryIndexes",
+            value: format!("{entry:?}"),
+            allowed,
+        })?;
+        if !out.contains(&q) {
+            out.push(q);
+        }
+    }
+    Ok(out)
 }
 
 /// `HostName` as given, if it can name a host: 1 to 255 bytes, no

@@ -76,6 +76,29 @@ fn other_ranges_are_checked() {
 }
 
 #[test]
+fn query_indexes_are_columns_or_plain_fields_each_once() {
+    use crate::store::indexes::QueryIndex;
+    let d = resolve("").unwrap();
+    assert_eq!(d.query_indexes, crate::config::query_indexes_default());
+    assert_eq!(
+        d.query_indexes,
+        vec![QueryIndex::Column("provider"), QueryIndex::Column("name")]
+    );
+    let s = resolve("QueryIndexes = [\"level\", \"fields.unit\", \"level\"]").unwrap();
+    assert_eq!(
+        s.query_indexes,
+        vec![QueryIndex::Column("level"), QueryIndex::Field("unit".into())]
+    );
+    assert!(resolve("QueryIndexes = []").unwrap().query_indexes.is_empty());
+    for bad in ["message", "fields.a b", "fields."] {
+        let e = resolve(&format!("QueryIndexes = [\"{bad}\"]"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("QueryIndexes") && e.contains(bad), "{e}");
+    }
+}
+
+#[test]
 fn unknown_keys_and_wrong_types_name_the_key() {
     let e = resolve("StorageShard = 4").unwrap_err().to_string();
     assert!(e.contains("StorageShard") && e.contains("test.toml"), "{e}");

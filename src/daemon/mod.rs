@@ -485,6 +485,7 @@ impl Shared {
                 store_dir: settings.store_dir.clone(),
                 mode,
                 batches: Arc::default(),
+                query_indexes: settings.query_indexes.clone().into(),
             },
             syslog_drops: Arc::new(crate::rings::drops::Drops::default()),
         }

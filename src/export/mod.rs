@@ -50,6 +50,8 @@ pub struct ExportSettings {
     pub database: String,
     /// `ExportBatchRows` (live).
     pub batch_rows: u64,
+    /// `ExportNice` (live): the export threads' niceness, 0..=19.
+    pub nice: i32,
     /// `ExportUser` (live).
     pub user: Option<String>,
     /// `ExportPasswordFile` (live; read again every few seconds).

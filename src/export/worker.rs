@@ -150,6 +150,8 @@ pub struct ExportWorker {
     /// Why the configured credentials cannot be used, while none ever
     /// could: nothing is sent then.
     unusable: Option<String>,
+    /// The `ExportNice` this thread runs at (None until first applied).
+    nice: Option<i32>,
 }
 
 fn slot(table: Table) -> usize {
@@ -221,6 +223,7 @@ impl ExportWorker {
             last_scan: None,
             credentials,
             unusable,
+            nice: None,
         })
     }
 
@@ -229,6 +232,7 @@ impl ExportWorker {
         if let Some(why) = self.unusable.clone() {
             self.say_once(PathBuf::from("ExportPasswordFile"), why);
         }
+        self.apply_nice(self.parts.settings.nice);
         while !self.parts.stop.is_stopped() {
             self.apply_live();
             if self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL) {
@@ -254,12 +258,14 @@ impl ExportWorker {
         Ok(())
     }
 
-    /// The live keys: ExportBatchRows, ExportUser, ExportPasswordFile.
+    /// The live keys: ExportBatchRows, ExportNice, ExportUser,
+    /// ExportPasswordFile.
     fn apply_live(&mut self) {
         let Some(settings) = self.parts.live.state().effective.export else {
             return;
         };
         self.ctx.batch_rows = settings.batch_rows;
+        self.apply_nice(settings.nice);
         if settings.user != self.parts.settings.user
             || settings.password_file != self.parts.settings.password_file
             || self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL)
@@ -283,6 +289,35 @@ impl ExportWorker {
                 }
             }
         }
+    }
+
+    /// Runs this thread (and the insert threads it starts) at `nice`. A
+    /// niceness that cannot be had (lowering it needs CAP_SYS_NICE) is said
+    /// once; the thread keeps the one it has.
+    fn apply_nice(&mut self, nice: i32) {
+        if self.nice == Some(nice) {
+            return;
+        }
+        match crate::threads::set_own_nice(nice) {
+            Ok(()) => {
+                self.refused.remove(Path::new("ExportNice"));
+                if self.nice.is_some() {
+                    tracing::info!(nice, "export threads' niceness changed");
+                }
+            }
+            Err(e) => {
+                let have =
+                    crate::threads::own_nice().map_or("unknown".to_string(), |n| n.to_string());
+                self.say_once(
+                    PathBuf::from("ExportNice"),
+                    format!(
+                        "ExportNice = {nice}: {e} (lowering a thread's niceness needs \
+                         CAP_SYS_NICE or RLIMIT_NICE); export keeps niceness {have}"
+                    ),
+                );
+            }
+        }
+        self.nice = Some(nice);
     }
 
     fn say_once(&mut self, key: PathBuf, why: String) {

@@ -125,7 +125,16 @@ impl Filter {
             add("instr(message, ?) > 0", Value::Text(v.clone()));
         }
         for (key, value) in &self.fields {
-            // The path is a parameter too: `$."key"` with quotes escaped.
+            if crate::store::indexes::plain_field_key(key) {
+                // Word for word the expression of a `fields.KEY` query
+                // index, so that SQLite uses one where the shard has it.
+                let expr = crate::store::indexes::field_expr(key);
+                params.push(Value::Text(value.clone()));
+                terms.push(format!("{expr} = ?{}", params.len()));
+                continue;
+            }
+            // Any other key: the path is a parameter too, `$."key"` with
+            // quotes escaped.
             let path = format!("$.\"{}\"", key.replace('"', "\"\""));
             params.push(Value::Text(path));
             let p = params.len();
@@ -224,16 +233,17 @@ mod tests {
             since_ns: Some(10),
             level: Some(3),
             text: Some("disk".into()),
-            fields: vec![("unit".into(), "sda".into())],
+            fields: vec![("unit".into(), "sda".into()), ("a key".into(), "x".into())],
             ..Filter::default()
         };
         let sql = f.sql();
         assert_eq!(
             sql.clause,
             "ts >= ?1 AND level <= ?2 AND instr(message, ?3) > 0 AND \
-             CASE WHEN json_valid(fields) THEN CAST(json_extract(fields, ?4) AS TEXT) END = ?5"
+             CASE WHEN json_valid(fields) THEN CAST(json_extract(fields, '$.\"unit\"') AS TEXT) END = ?4 \
+             AND CASE WHEN json_valid(fields) THEN CAST(json_extract(fields, ?5) AS TEXT) END = ?6"
         );
-        assert_eq!(sql.params.len(), 5);
+        assert_eq!(sql.params.len(), 6);
         assert_eq!(Filter::default().sql().clause, "1");
     }
 }

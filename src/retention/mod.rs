@@ -186,6 +186,7 @@ impl RetentionCoordinator {
     /// Makes a pass every interval until stopped; then drops its senders
     /// (the writers finish once the drains' are gone too).
     pub fn run(mut self) {
+        self.index_historical();
         while !self.stop.sleep(self.interval) {
             // A bug in one pass must not end retention for good: the next
             // pass starts from the database files again.
@@ -221,6 +222,41 @@ impl RetentionCoordinator {
         for i in 0..self.shards.len() {
             self.compact(i, compact_before);
             self.vacuum(i);
+        }
+    }
+
+    /// Gives every historical file the `QueryIndexes`, once at start: the
+    /// coordinator is their only writer (R8). A file that cannot get them
+    /// is queried without them (slower, still right); the log says why.
+    /// Connections opened only for this are closed again when no
+    /// retention limit will need them.
+    fn index_historical(&mut self) {
+        let settings = self.live.state().effective;
+        let keep_open =
+            settings.retention_max_age.is_some() || settings.retention_max_bytes.is_some();
+        self.find_historical();
+        for i in 0..self.shards.len() {
+            if self.stop.is_stopped() {
+                return;
+            }
+            let shard = &mut self.shards[i];
+            let Writer::Historical(conn) = &mut shard.writer else {
+                continue;
+            };
+            let opened = match conn.take() {
+                Some(c) => Ok(c),
+                None => store::open_historical(&shard.path).map_err(|e| e.to_string()),
+            };
+            let outcome = opened.and_then(|c| {
+                let synced = store::indexes::sync(&c, &settings.query_indexes, &shard.path);
+                if keep_open {
+                    *conn = Some(c);
+                }
+                synced.map_err(|e| format!("query indexes in {}: {e}", shard.path.display()))
+            });
+            if let Err(e) = outcome {
+                self.failed(e);
+            }
         }
     }
 

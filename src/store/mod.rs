@@ -9,6 +9,7 @@
 pub mod active;
 mod files;
 pub mod health;
+pub mod indexes;
 mod open;
 pub mod recovery;
 pub mod retention;

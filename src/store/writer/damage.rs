@@ -152,6 +152,7 @@ impl ShardWriter {
         self.file = FileWatch::of(&self.path);
         *self.stats.path.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
         self.stats.damaged_files.fetch_add(1, Ordering::Relaxed);
+        self.sync_indexes();
         tracing::error!(
             shard = %old.display(),
             damage = %why,

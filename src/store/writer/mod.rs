@@ -53,6 +53,9 @@ pub struct WriterShared {
     pub mode: crate::access::Mode,
     /// Batch buffers, shared by all writers.
     pub batches: Arc<BatchPool>,
+    /// `QueryIndexes`: each writer gives its file these before its first
+    /// batch (and a new generation when it moves on to one).
+    pub query_indexes: Arc<[crate::store::indexes::QueryIndex]>,
 }
 
 pub struct ShardWriter {
@@ -120,9 +123,21 @@ impl ShardWriter {
         }
     }
 
+    /// Gives the file the `QueryIndexes` (see `store::indexes`). A file
+    /// that cannot get them (a full disk, say) is written on without them:
+    /// queries stay right, only slower; the log says why.
+    pub(super) fn sync_indexes(&mut self) {
+        let wanted = self.shared.query_indexes.clone();
+        if let Err(e) = crate::store::indexes::sync(&self.conn, &wanted, &self.path) {
+            tracing::error!(shard = %self.path.display(), error = %e,
+                "query indexes not built; this file is queried without them");
+        }
+    }
+
     /// Runs until every drain has dropped its sender and the channel is
     /// empty, then closes the database (checkpointing the WAL).
     pub fn run(mut self) -> Result<(), StoreError> {
+        self.sync_indexes();
         loop {
             // The last batch's room went back to the pool: none is held
             // while waiting. A buffer is taken when the first item comes.
@@ -365,6 +380,7 @@ mod tests {
             store_dir: dir.path().to_path_buf(),
             mode: crate::access::Mode::PRIVATE,
             batches: Arc::default(),
+            query_indexes: Arc::new([]),
         };
         let control = Arc::new(WriterControl::default());
         let stats = Arc::new(WriterStats::default());
