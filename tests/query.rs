@@ -290,9 +290,15 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
         (0..4).all(|j| indexes(j) == listed)
     });
     d.stop();
-    let none = config(dir.path(), "none.toml", "StorageShards = 2\nQueryIndexes = []\n");
+    let none = config(
+        dir.path(),
+        "none.toml",
+        "StorageShards = 2\nQueryIndexes = []\n",
+    );
     let d = Eventd::start(&data, Some(&none));
-    wait_until("no query index left", || (0..4).all(|j| indexes(j).is_empty()));
+    wait_until("no query index left", || {
+        (0..4).all(|j| indexes(j).is_empty())
+    });
     assert_eq!(
         queried(&data, &["--provider", "alpha"]),
         expected(&r, "provider = 'alpha'", false, None)

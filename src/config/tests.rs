@@ -87,9 +87,15 @@ fn query_indexes_are_columns_or_plain_fields_each_once() {
     let s = resolve("QueryIndexes = [\"level\", \"fields.unit\", \"level\"]").unwrap();
     assert_eq!(
         s.query_indexes,
-        vec![QueryIndex::Column("level"), QueryIndex::Field("unit".into())]
+        vec![
+            QueryIndex::Column("level"),
+            QueryIndex::Field("unit".into())
+        ]
     );
-    assert!(resolve("QueryIndexes = []").unwrap().query_indexes.is_empty());
+    assert!(resolve("QueryIndexes = []")
+        .unwrap()
+        .query_indexes
+        .is_empty());
     for bad in ["message", "fields.a b", "fields."] {
         let e = resolve(&format!("QueryIndexes = [\"{bad}\"]"))
             .unwrap_err()
