@@ -367,7 +367,7 @@ struct RunFigures {
     /// with fewer than two batches per file.
     steady_rows_per_s: Option<f64>,
     /// The export run: how many of the files each export worker has
-    /// (the workers' own assignment, see [`worker_of`]).
+    /// (the workers' own assignment, `export::worker::owner`).
     files_per_worker: Vec<usize>,
     /// The export run: seconds from eventd's start to each file's last
     /// row confirmed, in file order.
@@ -636,7 +636,10 @@ fn export_run(
             let workers = filled.files.len().clamp(1, eventd::export::WORKERS_MAX);
             let mut n = vec![0; workers];
             for f in &filled.files {
-                n[worker_of(&f.instance, workers)] += 1;
+                n[eventd::export::worker::owner(
+                    &eventd::export::worker::file_name(&f.path),
+                    workers,
+                )] += 1;
             }
             n
         },
@@ -662,18 +665,6 @@ fn steady_rate(timeline: &[(f64, u64)], files: &[StoreFile], batch: u64) -> Opti
     let &(t1, r1) = timeline.iter().find(|(_, r)| *r > 0)?;
     let &(t2, r2) = timeline.iter().find(|(_, r)| *r >= total - tails)?;
     (r2 > r1 && t2 > t1).then(|| (r2 - r1) as f64 / (t2 - t1))
-}
-
-/// Which export worker sends the file of `instance` when there are
-/// `workers`: a copy of `owner` in `src/export/worker.rs` (FNV-1a of the
-/// instance id, modulo the count), for the report only.
-fn worker_of(instance: &str, workers: usize) -> usize {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in instance.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h % workers.max(1) as u64) as usize
 }
 
 /// One format and batch size: the bare loop, then eventd.

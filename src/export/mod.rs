@@ -83,7 +83,7 @@ pub struct ExportTunables {
     /// Each HTTP request's deadline without progress.
     pub timeout: Duration,
     pub format: format::Format,
-    /// Worker threads (files are spread over them by instance id); 0 =
+    /// Worker threads (files are spread over them by shard number); 0 =
     /// one per active shard, at most [`WORKERS_MAX`].
     pub workers: usize,
 }

@@ -1,5 +1,5 @@
 //! One export worker: a thread that sends the shard files assigned to it
-//! (by a hash of their instance id, so a file always has the same worker),
+//! (by shard number, see [`owner`], so a file always has the same worker),
 //! table by table, batch by batch. The protocol, per (file, table):
 //!
 //! 1. **Batch.** The rows with ids above the cursor, at most
@@ -165,7 +165,7 @@ fn slot(table: Table) -> usize {
 /// the worker count, so the active shards spread evenly; FNV-1a of the
 /// name for any other name. Two workers never hold one file at once: a
 /// worker also has to claim the file's instance id (see `Claims`).
-fn owner(file: &str, count: usize) -> usize {
+pub fn owner(file: &str, count: usize) -> usize {
     let count = count.max(1) as u64;
     let number = file
         .strip_prefix("shard-")
