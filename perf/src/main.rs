@@ -9,6 +9,7 @@
 //! cargo run --release -p eventd-perf -- shards|batch|stripe|channel|all
 //! cargo run --release -p eventd-perf -- export        # into a private ClickHouse cluster
 //! cargo run --release -p eventd-perf -- clients --messages 200000
+//! cargo run --release -p eventd-perf -- fields        # 100 M events queried by field
 //! ```
 
 mod ceiling;
@@ -17,6 +18,7 @@ mod clients;
 #[path = "../../tests/common/cluster.rs"]
 mod cluster;
 mod exportbench;
+mod fieldsbench;
 mod load;
 mod pipeline;
 mod querybench;
@@ -101,6 +103,16 @@ pub(crate) struct Args {
     /// Concurrent query clients of the scale scenario.
     #[arg(long, default_value_t = 128)]
     pub(crate) queries: usize,
+    /// Events of the fields scenario's day-long store.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub(crate) day_events: u64,
+    /// Shard files of the fields scenario's store (and of its insert-cost
+    /// databases).
+    #[arg(long, default_value_t = 16)]
+    pub(crate) day_shards: usize,
+    /// Rows of each insert-cost measurement of the fields scenario.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub(crate) insert_rows: u64,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     pub(crate) results: PathBuf,
@@ -142,6 +154,13 @@ pub(crate) enum Scenario {
     /// descriptors, events/s beside the ceiling, p99, and --queries
     /// concurrent queries while it runs. Always the eventd binary.
     Scale,
+    /// A day of events queried by field: what each query index
+    /// (QueryIndexes) costs at insert (ceiling, realistic rows, eventd; the
+    /// eventd points use --duration) and saves at query: time to the first
+    /// and the 100th result through the eventd binary on a store of
+    /// --day-events over --day-shards, with and without indexes
+    /// (--insert-rows for the insert cost).
+    Fields,
     /// Baseline and every sweep.
     All,
 }
@@ -161,6 +180,7 @@ impl Scenario {
             Scenario::Export => "export",
             Scenario::Clients => "clients",
             Scenario::Scale => "scale",
+            Scenario::Fields => "fields",
             Scenario::All => "all",
         }
     }
@@ -217,6 +237,10 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::Scale {
             last = Some(scale::run(&args, &setup.eventd, sizes, &work)?);
+            continue;
+        }
+        if scenario == Scenario::Fields {
+            last = Some(fieldsbench::run(&args, &setup, sizes, &work)?);
             continue;
         }
         if scenario == Scenario::Export {

@@ -143,14 +143,35 @@ pub fn configure(
     Ok((settings, tunables))
 }
 
-// Longer than the ~70 lines a function should be: the phases of one measured
-// point in the order they run (start, load, drain, ceiling, stop); each is a
-// few lines and they share the timings.
+/// `QueryIndexes` for a point other than the default, and the SQL that
+/// gives the ceiling's databases the same indexes (run on each after
+/// `ceiling::run_with` made the default ones), so the two stay comparable.
+#[derive(Clone, Copy)]
+pub struct PointIndexes<'a> {
+    pub wanted: &'a [eventd::store::indexes::QueryIndex],
+    pub ceiling_sql: &'a [&'a str],
+}
+
 /// Runs one point in a fresh directory under `work`.
 pub fn run(
     work: &Path,
     setup: &Setup,
     point: &Point<'_>,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Outcome> {
+    run_indexed(work, setup, point, None, progress)
+}
+
+// Longer than the ~70 lines a function should be: the phases of one measured
+// point in the order they run (start, load, drain, ceiling, stop); each is a
+// few lines and they share the timings.
+/// Like [`run`], with `QueryIndexes` (eventd and ceiling) from `indexes`
+/// when given.
+pub fn run_indexed(
+    work: &Path,
+    setup: &Setup,
+    point: &Point<'_>,
+    indexes: Option<PointIndexes<'_>>,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<Outcome> {
     let &Point {
@@ -163,7 +184,10 @@ pub fn run(
         export,
     } = point;
     let dir = tempfile::Builder::new().prefix("point-").tempdir_in(work)?;
-    let (settings, tunables) = configure(dir.path(), knobs, export)?;
+    let (mut settings, tunables) = configure(dir.path(), knobs, export)?;
+    if let Some(ix) = indexes {
+        settings.query_indexes = ix.wanted.to_vec();
+    }
     reset_peak_rss();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
     let rings = running.rings()?;
@@ -213,7 +237,15 @@ pub fn run(
         let cdir = tempfile::Builder::new()
             .prefix("ceiling-")
             .tempdir_in(work)?;
-        crate::ceiling::run(cdir.path(), shards, stored.max(1), knobs.max_batch, sizes)?
+        let adjust = indexes.map_or(&[][..], |ix| ix.ceiling_sql);
+        crate::ceiling::run_with(
+            cdir.path(),
+            shards,
+            stored.max(1),
+            knobs.max_batch,
+            sizes,
+            adjust,
+        )?
     } else {
         f64::NAN
     };

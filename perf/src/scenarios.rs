@@ -152,6 +152,7 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
         | Scenario::Syslog
         | Scenario::Clients
         | Scenario::Scale
+        | Scenario::Fields
         | Scenario::Export => {
             unreachable!("handled by main")
         }

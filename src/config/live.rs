@@ -296,7 +296,7 @@ mod tests {
         let state = live.state();
         assert_eq!(
             state.deferred,
-            vec!["QueryIndexes: running [provider, name], file says [level]".to_string()]
+            vec!["QueryIndexes: running [provider], file says [level]".to_string()]
         );
         assert_eq!(
             state.effective.query_indexes,

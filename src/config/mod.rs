@@ -30,7 +30,7 @@ pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
 /// indexes for queries (beside the time, always indexed). The default was
 /// chosen with `eventd-perf fields` (docs/performance.md, "A day of
 /// events").
-pub const QUERY_INDEXES_DEFAULT: &[&str] = &["provider", "name"];
+pub const QUERY_INDEXES_DEFAULT: &[&str] = &["provider"];
 
 /// `QueryGroup`: who may query besides root and eventd's own user.
 pub const QUERY_GROUP_DEFAULT: &str = "eventd";
@@ -78,7 +78,7 @@ pub struct ConfigFile {
     /// Keep the store under this many bytes (unset = no limit).
     pub retention_max_bytes: Option<i64>,
     /// Columns and structured fields (`fields.KEY`) indexed for queries;
-    /// restart-only. Default: provider and name.
+    /// restart-only. Default: provider.
     pub query_indexes: Option<Vec<String>>,
     /// Members of this group may query (root and eventd's own user always
     /// may). Default "eventd"; a group that does not exist allows no one else.

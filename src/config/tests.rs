@@ -82,7 +82,7 @@ fn query_indexes_are_columns_or_plain_fields_each_once() {
     assert_eq!(d.query_indexes, crate::config::query_indexes_default());
     assert_eq!(
         d.query_indexes,
-        vec![QueryIndex::Column("provider"), QueryIndex::Column("name")]
+        vec![QueryIndex::Column("provider")]
     );
     let s = resolve("QueryIndexes = [\"level\", \"fields.unit\", \"level\"]").unwrap();
     assert_eq!(

@@ -367,31 +367,29 @@ impl FanOut {
         (page as u64).min(left.max(1)) as usize
     }
 
-    fn fetch_page(&mut self, i: usize) -> rusqlite::Result<()> {
+    /// The statement and parameters of shard `i`'s next page of `rows`
+    /// events.
+    fn events_page_sql(&self, i: usize, rows: usize) -> (String, Vec<rusqlite::types::Value>) {
+        use rusqlite::types::Value;
         let (cmp, dir) = match self.filter.order {
             Order::OldestFirst => (">", "ASC"),
             Order::NewestFirst => ("<", "DESC"),
         };
-        let page = self.page_rows(self.shards[i].events.page, self.returned);
-        let s = &mut self.shards[i];
-        let mut params: Vec<&dyn ToSql> = self.params.iter().map(|v| v as &dyn ToSql).collect();
-        let id_max;
+        let s = &self.shards[i];
+        let mut params = self.params.clone();
         let bound = match s.id_max {
             Some(m) => {
-                id_max = m;
-                params.push(&id_max);
+                params.push(Value::Integer(m));
                 format!(" AND id <= ?{}", params.len())
             }
             None => String::new(),
         };
-        let after;
         let keyset = match &s.events.last {
             Some(c) => {
-                after = [c.ts, i64::from(c.cpu), c.seq as i64, c.ring_epoch];
                 let n = params.len();
-                for v in &after {
-                    params.push(v);
-                }
+                params.extend(
+                    [c.ts, i64::from(c.cpu), c.seq as i64, c.ring_epoch].map(Value::Integer),
+                );
                 // The plain `ts` bound lets SQLite range-scan the ts index;
                 // the row value then picks up exactly after the cursor.
                 format!(
@@ -402,19 +400,39 @@ impl FanOut {
                     a = n + 1
                 )
             }
+            None if self.filter.since_ns.is_none() && self.filter.until_ns.is_none() => {
+                // With no bound on `ts` at all, SQLite's planner reads the
+                // whole table and sorts what matches (it cannot know the
+                // limit is small): a first page over 6 million rows took
+                // 20-30 s for a common provider or `--level err`. A bound
+                // every row meets makes it walk an index in time order
+                // (`events_ts`, or a query index on (key, ts)) and stop at
+                // the limit.
+                params.push(Value::Integer(i64::MIN));
+                format!(" AND ts >= ?{}", params.len())
+            }
             None => String::new(),
         };
+        params.push(Value::Integer(rows as i64));
         let sql = format!(
             "SELECT {EVENT_COLUMNS} FROM events WHERE {}{bound}{keyset} \
              ORDER BY ts {dir}, cpu {dir}, seq {dir}, ring_epoch {dir} LIMIT ?{}",
             self.where_sql,
-            params.len() + 1
+            params.len()
         );
-        let limit = page as i64;
-        params.push(&limit);
+        (sql, params)
+    }
+
+    fn fetch_page(&mut self, i: usize) -> rusqlite::Result<()> {
+        let page = self.page_rows(self.shards[i].events.page, self.returned);
+        let (sql, params) = self.events_page_sql(i, page);
+        let s = &mut self.shards[i];
         let mut stmt = s.conn.prepare_cached(&sql)?;
         let rows = stmt
-            .query_map(params.as_slice(), EventRow::from_row)?
+            .query_map(
+                rusqlite::params_from_iter(params.iter()),
+                EventRow::from_row,
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         s.events.take_page(rows, page, EventRow::cursor);
         Ok(())
@@ -524,6 +542,98 @@ mod tests {
         )
         .unwrap();
         path
+    }
+
+    /// SQLite's plan for shard 0's next page of `fan`, one line.
+    fn plan(fan: &FanOut) -> String {
+        let (sql, params) = fan.events_page_sql(0, 2);
+        let conn = &fan.shards[0].conn;
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let lines: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), |r| r.get(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        lines.join("; ")
+    }
+
+    #[test]
+    fn every_first_page_walks_an_index_in_time_order_and_never_sorts_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_with(dir.path(), "shard-000.db", "m");
+        crate::store::indexes::sync(
+            &crate::store::open_shard(&path).unwrap(),
+            &[
+                crate::store::indexes::QueryIndex::Column("provider"),
+                crate::store::indexes::QueryIndex::Column("level"),
+                crate::store::indexes::QueryIndex::Field("unit".into()),
+            ],
+            &path,
+        )
+        .unwrap();
+        let cases: Vec<(Filter, &str)> = vec![
+            (Filter::default(), "events_ts"),
+            (
+                Filter {
+                    name: Some("n".into()),
+                    ..Filter::default()
+                },
+                "events_ts",
+            ),
+            (
+                Filter {
+                    level: Some(3),
+                    ..Filter::default()
+                },
+                "events_ts",
+            ),
+            (
+                Filter {
+                    text: Some("disk".into()),
+                    ..Filter::default()
+                },
+                "events_ts",
+            ),
+            (
+                Filter {
+                    provider: Some("p".into()),
+                    ..Filter::default()
+                },
+                "events_by_provider",
+            ),
+            (
+                Filter {
+                    fields: vec![("unit".into(), "sda".into())],
+                    ..Filter::default()
+                },
+                "events_by_field_756e6974",
+            ),
+            (
+                Filter {
+                    provider: Some("p".into()),
+                    since_ns: Some(5),
+                    until_ns: Some(9),
+                    ..Filter::default()
+                },
+                "events_by_provider",
+            ),
+        ];
+        for (filter, index) in cases {
+            for order in [Order::OldestFirst, Order::NewestFirst] {
+                let f = Filter {
+                    order,
+                    ..filter.clone()
+                };
+                let fan = FanOut::open(dir.path(), f.clone(), None).unwrap();
+                let plan = plan(&fan);
+                assert!(
+                    plan.contains(&format!("USING INDEX {index} ")),
+                    "{f:?}: {plan}"
+                );
+                assert!(!plan.contains("SCAN events"), "{f:?}: {plan}");
+                assert!(!plan.contains("FOR ORDER BY"), "{f:?}: {plan}");
+            }
+        }
     }
 
     fn messages(dir: &Path, pool: &Arc<ConnectionPool>) -> Vec<String> {
