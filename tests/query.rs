@@ -146,7 +146,7 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     let two = config(
         dir.path(),
         "two.toml",
-        "StorageShards = 2\nQueryIndexes = [\"provider\", \"name\", \"level\", \"pid\", \
+        "StorageShards = 2\nQueryIndexes = [\"provider\", \"name\", \"pid\", \
          \"uid\", \"cpu\", \"fields.unit\"]\n",
     );
     let d = Eventd::start(&data, Some(&two));
@@ -280,7 +280,6 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     let listed = [
         "events_by_cpu",
         "events_by_field_756e6974",
-        "events_by_level",
         "events_by_name",
         "events_by_pid",
         "events_by_provider",

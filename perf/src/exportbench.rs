@@ -521,14 +521,14 @@ fn bare(
     })
 }
 
-fn export_point(url: &str, db: &str, batch: u64, format: Format) -> ExportPoint {
+fn export_point(url: &str, db: &str, batch: u64, format: Format, nice: i32) -> ExportPoint {
     ExportPoint {
         host: HOST.to_string(),
         settings: eventd::export::ExportSettings {
             url: url.to_string(),
             database: db.to_string(),
             batch_rows: batch,
-            nice: eventd::config::EXPORT_NICE_DEFAULT as i32,
+            nice,
             user: None,
             password_file: None,
         },
@@ -562,8 +562,7 @@ fn export_run(
     ch: &mut Ch,
     setup: &pipeline::Setup,
     filled: &Filled,
-    format: Format,
-    batch: u64,
+    (format, batch, nice): (Format, u64, i32),
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<RunFigures> {
     let db = ch.fresh_database("export")?;
@@ -571,7 +570,7 @@ fn export_run(
     if state.exists() {
         std::fs::remove_dir_all(&state)?;
     }
-    let point = export_point(&ch.url, &db, batch, format);
+    let point = export_point(&ch.url, &db, batch, format, nice);
     let (settings, tunables) =
         pipeline::configure(filled.dir.path(), Knobs::defaults(), Some(&point))?;
     ch.wait_quiet();
@@ -743,15 +742,14 @@ fn lag_run(
     setup: &pipeline::Setup,
     work: &Path,
     sizes: Sizes,
-    rate: u64,
-    duration: Duration,
+    (rate, duration, nice): (u64, Duration, i32),
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<LagFigures> {
     let dir = tempfile::Builder::new()
         .prefix("export-lag-")
         .tempdir_in(work)?;
     let db = ch.fresh_database("lag")?;
-    let point = export_point(&ch.url, &db, BATCH_DEFAULT, Format::RowBinary);
+    let point = export_point(&ch.url, &db, BATCH_DEFAULT, Format::RowBinary, nice);
     let (settings, tunables) = pipeline::configure(dir.path(), Knobs::defaults(), Some(&point))?;
     ch.wait_quiet();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
@@ -913,7 +911,13 @@ fn ingest(
             ("export on, cluster at nice 19", true, true),
         ] {
             let db = ch.fresh_database("ingest")?;
-            let point_export = export_point(&ch.url, &db, BATCH_DEFAULT, Format::RowBinary);
+            let point_export = export_point(
+                &ch.url,
+                &db,
+                BATCH_DEFAULT,
+                Format::RowBinary,
+                args.export_nice,
+            );
             ch.wait_quiet();
             if niced {
                 renice_cluster(ch, 19);
@@ -1081,7 +1085,13 @@ pub(crate) fn run(
             format.name()
         ));
         let bare_inline = bare(&mut ch, &filled, format, batch, None)?;
-        let mut export = export_run(&mut ch, setup, &filled, format, batch, &progress)?;
+        let mut export = export_run(
+            &mut ch,
+            setup,
+            &filled,
+            (format, batch, args.export_nice),
+            &progress,
+        )?;
         export.batches = export.batches.max(1);
         let p = Pair {
             format,
@@ -1135,8 +1145,11 @@ pub(crate) fn run(
         setup,
         &work,
         sizes,
-        half,
-        Duration::from_secs_f64(args.lag_secs),
+        (
+            half,
+            Duration::from_secs_f64(args.lag_secs),
+            args.export_nice,
+        ),
         &progress,
     )?;
     progress.finish_and_clear();

@@ -84,9 +84,9 @@ const SEED: u64 = 0x00f1_e1d5;
 /// Threads that fill and index the shard files (this machine's CPUs).
 const THREADS: usize = 2;
 /// The indexes whose cost is measured.
-const CANDIDATES: &[&str] = &["provider", "name", "level", "pid", "uid", "fields.unit"];
+const CANDIDATES: &[&str] = &["provider", "name", "pid", "uid", "fields.unit"];
 /// The indexes of the query phase's indexed configuration.
-const QUERIED: &[&str] = &["provider", "name", "level", "fields.unit"];
+const QUERIED: &[&str] = &["provider", "name", "fields.unit"];
 /// Runs of each query: the first is reported as cold, the median of the
 /// others as warm.
 const RUNS: usize = 3;

@@ -94,6 +94,10 @@ pub(crate) struct Args {
     /// Seconds of the export scenario's paced load (export lag).
     #[arg(long, default_value_t = 15.0)]
     pub(crate) lag_secs: f64,
+    /// ExportNice of every eventd the export scenario starts (default:
+    /// eventd's own).
+    #[arg(long, default_value_t = eventd::config::EXPORT_NICE_DEFAULT as i32)]
+    pub(crate) export_nice: i32,
     /// Rings the scale scenario attaches (simulated CPUs), in order.
     #[arg(long, value_delimiter = ',', default_value = "2,16,64,256")]
     pub(crate) scale_rings: Vec<u32>,

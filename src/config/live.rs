@@ -291,12 +291,12 @@ mod tests {
     fn query_indexes_are_deferred_to_the_next_start() {
         let dir = tempfile::tempdir().unwrap();
         let (live, file) = live(dir.path(), "");
-        std::fs::write(&file, "QueryIndexes = [\"level\"]\n").unwrap();
+        std::fs::write(&file, "QueryIndexes = [\"name\"]\n").unwrap();
         live.reload();
         let state = live.state();
         assert_eq!(
             state.deferred,
-            vec!["QueryIndexes: running [provider], file says [level]".to_string()]
+            vec!["QueryIndexes: running [provider], file says [name]".to_string()]
         );
         assert_eq!(
             state.effective.query_indexes,

@@ -80,23 +80,17 @@ fn query_indexes_are_columns_or_plain_fields_each_once() {
     use crate::store::indexes::QueryIndex;
     let d = resolve("").unwrap();
     assert_eq!(d.query_indexes, crate::config::query_indexes_default());
-    assert_eq!(
-        d.query_indexes,
-        vec![QueryIndex::Column("provider")]
-    );
-    let s = resolve("QueryIndexes = [\"level\", \"fields.unit\", \"level\"]").unwrap();
+    assert_eq!(d.query_indexes, vec![QueryIndex::Column("provider")]);
+    let s = resolve("QueryIndexes = [\"pid\", \"fields.unit\", \"pid\"]").unwrap();
     assert_eq!(
         s.query_indexes,
-        vec![
-            QueryIndex::Column("level"),
-            QueryIndex::Field("unit".into())
-        ]
+        vec![QueryIndex::Column("pid"), QueryIndex::Field("unit".into())]
     );
     assert!(resolve("QueryIndexes = []")
         .unwrap()
         .query_indexes
         .is_empty());
-    for bad in ["message", "fields.a b", "fields."] {
+    for bad in ["message", "level", "fields.a b", "fields."] {
         let e = resolve(&format!("QueryIndexes = [\"{bad}\"]"))
             .unwrap_err()
             .to_string();
