@@ -58,6 +58,7 @@ fn export_scenario_lands_every_row() {
             "export_ratio_to_bare",
             "json_to_rowbinary",
             "ingest_on_to_off",
+            "ingest_on_to_off_cluster_niced",
             "lag_p99_ms",
             "cpu_ns_per_row",
             "batch_rows_choice",
@@ -87,4 +88,10 @@ fn export_scenario_lands_every_row() {
     assert_eq!(ingest.len(), 1, "{report}");
     assert!(ingest[0]["off"]["events_per_s"].as_f64().unwrap() > 0.0);
     assert!(ingest[0]["on"]["events_per_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        ingest[0]["on_cluster_niced"]["events_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }
