@@ -69,9 +69,10 @@ fn fields_scenario_finds_the_rare_rows_and_indexes_change_no_answer() {
         &std::fs::read(dir.path().join("fields.json")).expect("fields.json written"),
     )
     .expect("fields.json is JSON");
-    // Every variant: none, six candidates, the default set.
-    assert_eq!(report["insert_costs"].as_array().map(Vec::len), Some(8));
-    assert_eq!(report["index_builds"].as_array().map(Vec::len), Some(6));
+    // Every variant: none, five candidates (provider, name, pid, uid,
+    // fields.unit), the default set.
+    assert_eq!(report["insert_costs"].as_array().map(Vec::len), Some(7));
+    assert_eq!(report["index_builds"].as_array().map(Vec::len), Some(5));
     // Two eventd points, each accounting for every event it was given.
     let daemon = report["daemon"].as_array().expect("daemon points");
     assert_eq!(daemon.len(), 2);
