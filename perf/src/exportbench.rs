@@ -194,8 +194,8 @@ impl Ch {
         }
     }
 
-    /// CPU time (ns) of every server and ZooKeeper so far.
-    fn cpu_ns(&self) -> u64 {
+    /// Every server's and ZooKeeper's process id.
+    fn pids(&self) -> Vec<u32> {
         let mut pids: Vec<u32> = Vec::new();
         for s in 1..=self.cluster.shards() {
             for r in 1..=self.cluster.replicas() {
@@ -203,7 +203,13 @@ impl Ch {
             }
         }
         pids.extend(self.cluster.zookeeper_pid());
-        pids.iter()
+        pids
+    }
+
+    /// CPU time (ns) of every server and ZooKeeper so far.
+    fn cpu_ns(&self) -> u64 {
+        self.pids()
+            .iter()
             .filter_map(|p| stat_cpu_ns(&format!("/proc/{p}/stat")))
             .sum()
     }
@@ -867,14 +873,7 @@ struct IngestFigures {
 /// ZooKeeper (niceness is per thread on Linux; threads they start later
 /// inherit it from the thread that starts them).
 fn renice_cluster(ch: &Ch, nice: i32) {
-    let mut pids: Vec<u32> = Vec::new();
-    for s in 1..=ch.cluster.shards() {
-        for r in 1..=ch.cluster.replicas() {
-            pids.extend(ch.cluster.pid(s, r));
-        }
-    }
-    pids.extend(ch.cluster.zookeeper_pid());
-    for pid in pids {
+    for pid in ch.pids() {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };

@@ -377,39 +377,18 @@ fn on_shards(
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// eventd's own `CREATE INDEX` statement for each of `wanted`, read back
-/// from an in-memory shard that `indexes::sync` gave them, so the harness
-/// never words an index differently from eventd (SQLite uses a field
-/// index only for the very expression it was made on).
-fn create_sql(wanted: &[QueryIndex]) -> anyhow::Result<Vec<String>> {
-    let mut conn = Connection::open_in_memory()?;
-    eventd::store::schema::migrate(&mut conn)?
-        .map_err(|v| anyhow!("schema version {v} is not this build's"))?;
-    indexes::sync(&conn, wanted, Path::new(":memory:"))?;
-    wanted
-        .iter()
-        .map(|q| {
-            let sql: String = conn.query_row(
-                "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?1",
-                [q.index_name()],
-                |r| r.get(0),
-            )?;
-            // sqlite_master keeps the statement without IF NOT EXISTS.
-            Ok(sql.replacen("CREATE INDEX", "CREATE INDEX IF NOT EXISTS", 1))
-        })
-        .collect()
-}
-
 /// What `ceiling::run_with` must run on each of its databases, after it
-/// made eventd's default query indexes, for them to have exactly `wanted`.
-fn ceiling_sql(wanted: &[QueryIndex]) -> anyhow::Result<Vec<String>> {
+/// made eventd's default query indexes, for them to have exactly `wanted`
+/// (eventd's own statements: SQLite uses a field index only for the very
+/// expression it was made on).
+fn ceiling_sql(wanted: &[QueryIndex]) -> Vec<String> {
     let mut sql: Vec<String> = eventd::config::query_indexes_default()
         .iter()
         .filter(|q| !wanted.contains(q))
         .map(|q| format!("DROP INDEX IF EXISTS {}", q.index_name()))
         .collect();
-    sql.extend(create_sql(wanted)?);
-    Ok(sql)
+    sql.extend(wanted.iter().map(QueryIndex::create_sql));
+    sql
 }
 
 fn parse_all(entries: &[&str]) -> anyhow::Result<Vec<QueryIndex>> {
@@ -532,7 +511,7 @@ fn insert_costs(
 
 fn ceiling_rate(work: &Path, args: &Args, wanted: &[QueryIndex]) -> anyhow::Result<f64> {
     let dir = work_dir(work, "fields-ceiling-")?;
-    let sql = ceiling_sql(wanted)?;
+    let sql = ceiling_sql(wanted);
     let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
     ceiling::run_with(
         dir.path(),
@@ -565,7 +544,7 @@ fn daemon_points(
     let mut points = Vec::new();
     for _ in 0..args.repeat.max(1) {
         for wanted in &configs {
-            let sql = ceiling_sql(wanted)?;
+            let sql = ceiling_sql(wanted);
             let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
             let label = format!("QueryIndexes {}", labels(wanted));
             let point = pipeline::Point {

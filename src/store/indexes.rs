@@ -113,7 +113,9 @@ impl QueryIndex {
         }
     }
 
-    fn create_sql(&self) -> String {
+    /// The statement that makes this index (`IF NOT EXISTS`), word for
+    /// word what [`sync`] runs.
+    pub fn create_sql(&self) -> String {
         let key = match self {
             QueryIndex::Column(c) => (*c).to_string(),
             QueryIndex::Field(k) => field_expr(k),
@@ -171,12 +173,17 @@ pub fn sync(
             "query index dropped (no longer in QueryIndexes)");
         done.dropped.push(name.clone());
     }
+    // Counted once, for the log, and only when something is built.
+    let mut rows: Option<i64> = None;
     for q in wanted {
         let name = q.index_name();
         if have.contains(&name) {
             continue;
         }
-        let rows: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        let rows = match rows {
+            Some(n) => n,
+            None => *rows.insert(conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?),
+        };
         let t = Instant::now();
         if rows > 0 {
             tracing::info!(file = %file.display(), index = %q.label(), rows,
