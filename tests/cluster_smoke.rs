@@ -379,3 +379,48 @@ fn cluster_faults() {
     );
     eprintln!("cluster_faults done in {:?}", started.elapsed());
 }
+
+/// The harness's port reservation and its check that an answer comes from
+/// the server it started (needs no ClickHouse): ports below the ephemeral
+/// range, locked for the cluster's life, and `listens_on` telling the
+/// process that holds a listening socket from one that does not.
+#[test]
+fn cluster_ports_stay_reserved_and_answers_are_traced_to_their_server() {
+    use std::os::fd::AsRawFd;
+    let (lo, hi) = cluster::quiet_port_range();
+    let held = cluster::free_ports(3).unwrap();
+    let ports: Vec<u16> = held.iter().map(|(p, _)| *p).collect();
+    for p in &ports {
+        assert!(hi <= lo || (lo..hi).contains(p), "{p} not in {lo}..{hi}");
+    }
+    assert!(ports[0] != ports[1] && ports[1] != ports[2] && ports[0] != ports[2]);
+    // Another taker (another open of the lock file) is refused while the
+    // reservation lives, and gets it once the reservation is dropped.
+    let lockfile = std::env::temp_dir()
+        .join("eventd-cluster-ports")
+        .join(ports[0].to_string());
+    let other = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lockfile)
+        .unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    let try_lock = |f: &std::fs::File| unsafe {
+        libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0
+    };
+    assert!(!try_lock(&other), "port {} was not reserved", ports[0]);
+    drop(held);
+    assert!(try_lock(&other));
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", ports[1])).unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    assert!(cluster::listens_on(std::process::id(), ports[1]));
+    assert!(!cluster::listens_on(sleeper.id(), ports[1]));
+    assert!(!cluster::listens_on(std::process::id(), ports[2]));
+    drop(listener);
+    assert!(!cluster::listens_on(std::process::id(), ports[1]));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}

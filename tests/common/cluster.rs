@@ -600,17 +600,105 @@ fn spawn(cmd: &mut Command, die_with_parent: bool) -> io::Result<Child> {
     cmd.spawn()
 }
 
-/// `n` distinct free loopback ports (held together while picked, so they
-/// differ; something else may still take one before the server binds it,
-/// which [`Cluster::start`] answers with a retry).
-fn free_ports(n: usize) -> io::Result<Vec<u16>> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<_, _>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+/// `n` distinct loopback ports for one cluster, each reserved for the
+/// cluster's life by an exclusive lock on `$TMPDIR/eventd-cluster-ports/PORT`.
+///
+/// The ports come from below the kernel's ephemeral range, which nothing
+/// hands out by itself: a port freed while its server is killed for a test
+/// stays ours until [`Cluster::restart`] binds it again, instead of going to
+/// another test's `bind(0)` (seen once in CI: a restarted replica's `/ping`
+/// was answered by another test's server on its old port). The locks keep
+/// clusters of tests running at the same time, in one process or several,
+/// off each other's ports. Where the ephemeral range leaves no room below it,
+/// ports come from `bind(0)` as before.
+pub fn free_ports(n: usize) -> io::Result<Vec<(u16, std::fs::File)>> {
+    let lockdir = std::env::temp_dir().join("eventd-cluster-ports");
+    std::fs::create_dir_all(&lockdir)?;
+    let (lo, hi) = quiet_port_range();
+    let mut seed = (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+        | 1;
+    let mut picked: Vec<(u16, std::fs::File)> = Vec::with_capacity(n);
+    let mut tries = 0;
+    while picked.len() < n {
+        tries += 1;
+        if tries > 100_000 {
+            return Err(io::Error::other(format!(
+                "no {n} free loopback ports in {lo}..{hi}"
+            )));
+        }
+        let port = if hi > lo {
+            // xorshift64: any spread will do.
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            lo + (seed % u64::from(hi - lo)) as u16
+        } else {
+            TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+        };
+        if picked.iter().any(|(p, _)| *p == port) {
+            continue;
+        }
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lockdir.join(port.to_string()))?;
+        // SAFETY: flock on a descriptor this function owns; it touches no memory.
+        let locked = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        // Free now (the listener closes at once; servers bind with
+        // SO_REUSEADDR, so no TIME_WAIT is in the way).
+        if locked && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            picked.push((port, lock));
+        }
+    }
+    Ok(picked)
+}
+
+/// The ports below the kernel's ephemeral range (`ip_local_port_range`),
+/// up to 12,000 of them above 10,000; an empty range if there are none.
+pub fn quiet_port_range() -> (u16, u16) {
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let lo = first_ephemeral.saturating_sub(12_000).max(10_000);
+    (lo, first_ephemeral.max(lo))
+}
+
+/// Whether process `pid` holds the socket listening on loopback `port`
+/// (read from `/proc/net/tcp` and the process's descriptors).
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next()?;
+            if u16::from_str_radix(local_port, 16).ok()? != port || *f.get(3)? != "0A" {
+                return None;
+            }
+            Some(format!("socket:[{}]", f.get(9)?))
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -650,6 +738,8 @@ pub struct Cluster {
     zk_port: u16,
     zk: Proc,
     nodes: Vec<Node>,
+    /// The locks that keep this cluster's ports its own (see `free_ports`).
+    _port_locks: Vec<std::fs::File>,
 }
 
 impl Cluster {
@@ -700,7 +790,10 @@ impl Cluster {
             .map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let n = shards * replicas;
-        let ports = free_ports(1 + 3 * n).map_err(|e| e.to_string())?;
+        let (ports, port_locks): (Vec<u16>, Vec<std::fs::File>) = free_ports(1 + 3 * n)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .unzip();
         let mut nodes = Vec::with_capacity(n);
         for s in 1..=shards {
             for r in 1..=replicas {
@@ -726,6 +819,7 @@ impl Cluster {
             zk_port: ports[0],
             zk: Proc::down(),
             nodes,
+            _port_locks: port_locks,
         };
         c.write_zk_config().map_err(|e| e.to_string())?;
         for i in 0..c.nodes.len() {
@@ -982,11 +1076,18 @@ impl Cluster {
         let t = Duration::from_secs(2);
         let zk_up = self.zk.state == State::Running;
         let mut exited = false;
+        let mut foreign = false;
         let node = &mut self.nodes[i];
+        let pid = node.proc.pid().unwrap_or(0);
         let ok = wait_until(self.opts.start_timeout, || {
             exited = node.proc.exited();
             exited
                 || (http("GET", &url, "/ping", b"", t).is_ok_and(|r| r.status == 200)
+                    // Answered by this server, not by whatever else holds the port.
+                    && {
+                        foreign = !listens_on(pid, node.http);
+                        !foreign
+                    }
                     && (!zk_up
                         || http(
                             "POST",
@@ -1007,6 +1108,8 @@ impl Cluster {
             "clickhouse-server {name} ({url}) {}:\n{}\n{}",
             if exited {
                 "exited"
+            } else if foreign {
+                "not ready in time; its HTTP port answers from another process"
             } else {
                 "not ready in time"
             },
