@@ -1216,8 +1216,23 @@ impl Cluster {
     pub fn query(&self, url: &str, sql: &str) -> String {
         match self.try_query(url, sql) {
             Ok(s) => s,
-            Err(e) => panic!("{url}: {sql}\n=> {e}"),
+            Err(e) => panic!("{url}: {sql}\n=> {e}\n{}", self.server_state(url)),
         }
+    }
+
+    /// For a failure's message: which server `url` is, its pid, whether that
+    /// process holds the port, and the tail of its error log.
+    fn server_state(&self, url: &str) -> String {
+        let Some(n) = self.nodes.iter().find(|n| n.url() == url) else {
+            return String::new();
+        };
+        let pid = n.proc.pid();
+        format!(
+            "{} (pid {pid:?}, holds its HTTP port: {}), server.err.log:\n{}",
+            n.name(),
+            pid.is_some_and(|p| listens_on(p, n.http)),
+            tail(&n.dir.join("log/server.err.log"), 20)
+        )
     }
 
     pub fn try_query(&self, url: &str, sql: &str) -> Result<String, ChError> {
