@@ -363,6 +363,58 @@ fn queries_match_one_reference_database_for_every_filter_and_order() {
     assert_eq!(events, 300);
 }
 
+/// The `end` line of a query asked over the socket.
+fn end_line(data: &Path, filter: serde_json::Value) -> serde_json::Value {
+    let request: eventd::query::protocol::Request = serde_json::from_value(
+        serde_json::json!({ "op": "query", "filter": filter, "follow": false }),
+    )
+    .unwrap();
+    let mut end = None;
+    eventd::query::client::call(&data.join("run/query.sock"), &request, |v| {
+        if let Some(e) = v.get("end") {
+            end = Some(e.clone());
+        }
+        Ok(true)
+    })
+    .unwrap();
+    end.expect("no end line")
+}
+
+/// A store made by this daemon: what its writers committed since it
+/// started is found (their time maps grow with every commit), and a query
+/// for the newest events opens only the files that hold them (each CPU's
+/// events are in one stripe, so in one of the eight files).
+#[test]
+fn queries_open_only_the_files_whose_time_maps_hold_what_they_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(
+        dir.path(),
+        "eight.toml",
+        "StorageShards = 8
+",
+    );
+    let d = Eventd::start(&data, Some(&cfg));
+    let lines: Vec<String> = (0..200).map(|i| format!("mapped-{i}")).collect();
+    emit(&data, "maps", "info", None, &lines);
+    wait_for_events(&data, 200);
+    let all = queried(&data, &[]);
+    assert_eq!(all.len(), 200, "{all:?}");
+    let end = end_line(
+        &data,
+        serde_json::json!({ "order": "newest_first", "limit": 10 }),
+    );
+    assert_eq!(end["count"], 10, "{end}");
+    assert_eq!(end["files"]["listed"], 8, "{end}");
+    let read = end["files"]["read"].as_u64().unwrap();
+    assert!((1..=2).contains(&read), "{end}");
+    // A window before every event: no file holds any of it.
+    let end = end_line(&data, serde_json::json!({ "until_ns": 1000 }));
+    assert_eq!(end["count"], 0, "{end}");
+    assert_eq!(end["files"]["read"], 0, "{end}");
+    d.stop();
+}
+
 #[test]
 fn access_limits_malformed_requests_and_follow() {
     let dir = tempfile::tempdir().unwrap();

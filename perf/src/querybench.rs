@@ -1,9 +1,12 @@
 //! The query bench: the same events stored in one database, in 16 shards
 //! and in 256 shards; a time-range query through eventd's fan-out reader,
-//! timed to its first result and to its 100th.
+//! timed to its first result and to its 100th, with the files' time maps
+//! (as the daemon's query server reads) and without them (as `eventctl`
+//! reads a store directly).
 
 use eventd::query::fanout::ConnectionPool;
 use eventd::query::{FanOut, Filter, Order};
+use eventd::store::zones::ZoneMaps;
 use rusqlite::params;
 use serde::Serialize;
 use std::path::Path;
@@ -14,34 +17,43 @@ pub struct QueryPoint {
     pub databases: usize,
     pub events: u64,
     pub order: Order,
+    /// With the files' time maps (the query server's way).
+    pub maps: bool,
     /// The first run: every shard opened (what a query costs right after
-    /// the daemon starts, or without the server's connection pool).
+    /// the daemon starts, or without the server's connection pool); with
+    /// maps, the maps are read into memory by it.
     pub cold_hundred_results_us: u64,
     /// Medians of the repeats (connections kept by the pool, as the query
     /// server does).
     pub first_result_us: u64,
     pub hundred_results_us: u64,
+    /// Databases the last repeat opened.
+    pub opened: usize,
 }
 
-const STRIPE: u64 = 256;
+/// The daemon's stripe length (`Tunables::stripe_len`).
+const STRIPE: u64 = 4096;
 const NS_PER_EVENT: i64 = 1000;
 
 /// Stores `events` rows striped over `databases` fresh shard files in `dir`
-/// (the way drains stripe them), in transactions of 4096.
+/// (the way drains stripe them), one transaction and zone row per stripe,
+/// as a writer stores what a drain hands it.
 fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()> {
     let message = "m".repeat(100);
     let stripes = events.div_ceil(STRIPE);
     for j in 0..databases {
         let mut conn = eventd::store::open_shard(&eventd::store::shard_path(dir, j))?;
-        let mine: Vec<u64> = (j as u64..stripes)
-            .step_by(databases)
-            .flat_map(|k| k * STRIPE..((k + 1) * STRIPE).min(events))
-            .collect();
-        for chunk in mine.chunks(4096) {
+        for k in (j as u64..stripes).step_by(databases) {
+            let chunk: Vec<u64> = (k * STRIPE..((k + 1) * STRIPE).min(events)).collect();
             let tx = conn.transaction()?;
             {
+                let ts = |i: u64| t0 + i as i64 * NS_PER_EVENT;
+                tx.execute(
+                    eventd::store::zones::INSERT_ZONE,
+                    [ts(chunk[0]), ts(chunk[chunk.len() - 1])],
+                )?;
                 let mut insert = tx.prepare_cached(eventd::store::rows::INSERT_EVENT)?;
-                for &i in chunk {
+                for &i in &chunk {
                     insert.execute(params![
                         t0 + i as i64 * NS_PER_EVENT,
                         (i % 2) as i64,
@@ -69,9 +81,10 @@ fn time_query(
     store: &Path,
     filter: &Filter,
     pool: &std::sync::Arc<ConnectionPool>,
-) -> anyhow::Result<(Duration, Duration)> {
+    zones: Option<&ZoneMaps>,
+) -> anyhow::Result<(Duration, Duration, usize)> {
     let start = Instant::now();
-    let mut fan = FanOut::open_pooled(store, filter.clone(), None, Some(pool.clone()))?;
+    let mut fan = FanOut::open_pooled(store, filter.clone(), None, Some(pool.clone()), zones)?;
     let mut first = None;
     let mut n = 0;
     while let Some(_row) = fan.next_event() {
@@ -84,7 +97,7 @@ fn time_query(
         }
     }
     anyhow::ensure!(n == 100, "the query returned {n} events, not 100");
-    Ok((first.unwrap_or_default(), start.elapsed()))
+    Ok((first.unwrap_or_default(), start.elapsed(), fan.opened()))
 }
 
 pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<QueryPoint>> {
@@ -107,25 +120,33 @@ pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<Query
                 limit: Some(100),
                 ..Filter::default()
             };
-            let pool = std::sync::Arc::new(ConnectionPool::new(4));
-            let (_, cold) = time_query(dir.path(), &filter, &pool)?;
-            let mut firsts = Vec::new();
-            let mut hundreds = Vec::new();
-            for _ in 0..repeats.max(1) {
-                let (a, b) = time_query(dir.path(), &filter, &pool)?;
-                firsts.push(a);
-                hundreds.push(b);
+            for maps in [false, true] {
+                let pool = std::sync::Arc::new(ConnectionPool::new(4));
+                let zones = ZoneMaps::default();
+                let zones = maps.then_some(&zones);
+                let (_, cold, _) = time_query(dir.path(), &filter, &pool, zones)?;
+                let mut firsts = Vec::new();
+                let mut hundreds = Vec::new();
+                let mut opened = 0;
+                for _ in 0..repeats.max(1) {
+                    let (a, b, o) = time_query(dir.path(), &filter, &pool, zones)?;
+                    firsts.push(a);
+                    hundreds.push(b);
+                    opened = o;
+                }
+                firsts.sort();
+                hundreds.sort();
+                points.push(QueryPoint {
+                    databases,
+                    events,
+                    order,
+                    maps,
+                    cold_hundred_results_us: cold.as_micros() as u64,
+                    first_result_us: firsts[firsts.len() / 2].as_micros() as u64,
+                    hundred_results_us: hundreds[hundreds.len() / 2].as_micros() as u64,
+                    opened,
+                });
             }
-            firsts.sort();
-            hundreds.sort();
-            points.push(QueryPoint {
-                databases,
-                events,
-                order,
-                cold_hundred_results_us: cold.as_micros() as u64,
-                first_result_us: firsts[firsts.len() / 2].as_micros() as u64,
-                hundred_results_us: hundreds[hundreds.len() / 2].as_micros() as u64,
-            });
         }
     }
     Ok(points)

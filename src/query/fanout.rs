@@ -72,6 +72,17 @@ struct ShardStream {
     file: Option<FileId>,
 }
 
+/// A file the query has not opened yet (see [`FanOut::pending`]).
+struct Pending {
+    path: PathBuf,
+    file: Option<FileId>,
+    id_max: Option<i64>,
+    /// The time of its next event at the soonest, in the listing's order.
+    at: i64,
+    /// Whether it has gap rows.
+    gaps: bool,
+}
+
 /// A shard's head row in a merge heap, ordered so that the heap's top is
 /// the next row to return.
 struct Head<K> {
@@ -117,6 +128,15 @@ pub struct FanOut {
     gaps_returned: u64,
     /// Where the connections go back when the query ends.
     pool: Option<Arc<ConnectionPool>>,
+    /// Files not opened yet whose time maps say when their next event may
+    /// come, the soonest in the listing's order last: each is opened once
+    /// the merge reaches that time (see `store::zones`).
+    pending: Vec<Pending>,
+    /// Files with gaps and no event the query can reach: opened by the
+    /// first [`FanOut::next_gap`].
+    gaps_pending: Vec<Pending>,
+    /// Database files in the store when the query began.
+    listed: usize,
     /// Shards that could not be read (named), beside the results.
     pub warnings: Vec<String>,
     /// Of those, the ones whose error says the file itself is damaged
@@ -138,13 +158,7 @@ pub struct ConnectionPool {
     per_database: usize,
 }
 
-/// Which file a path named: a file replaced under the same name is another.
-type FileId = (u64, u64);
-
-fn file_id(path: &Path) -> Option<FileId> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
+use crate::store::zones::{FileId, Plan, TimeMap, ZoneMaps};
 
 impl ConnectionPool {
     pub fn new(per_database: usize) -> Self {
@@ -162,8 +176,8 @@ impl ConnectionPool {
 
     /// An idle connection to the file now at `path`, if one is kept
     /// (connections to a file since replaced under that name are dropped).
-    fn take(&self, path: &Path) -> Option<Connection> {
-        let id = file_id(path)?;
+    fn take(&self, path: &Path, id: Option<FileId>) -> Option<Connection> {
+        let id = id?;
         let mut idle = self.lock();
         let list = idle.get_mut(path)?;
         list.retain(|(kept, _)| *kept == id);
@@ -210,18 +224,27 @@ impl FanOut {
         filter: Filter,
         bounds: Option<&HashMap<PathBuf, i64>>,
     ) -> std::io::Result<FanOut> {
-        Self::open_pooled(store_dir, filter, bounds, None)
+        Self::open_pooled(store_dir, filter, bounds, None, None)
     }
 
     /// Like [`open`](Self::open), taking connections from `pool` and giving
-    /// them back when the query is dropped.
+    /// them back when the query is dropped. With `zones` (the daemon's time
+    /// maps), a file is opened only once the merge reaches the earliest
+    /// time it may hold an event at (files it knows nothing of are opened
+    /// at once, and their maps read into it).
     pub fn open_pooled(
         store_dir: &Path,
         filter: Filter,
         bounds: Option<&HashMap<PathBuf, i64>>,
         pool: Option<Arc<ConnectionPool>>,
+        zones: Option<&ZoneMaps>,
     ) -> std::io::Result<FanOut> {
-        let paths = crate::store::list_databases(store_dir).map_err(std::io::Error::other)?;
+        let (paths, ids): (Vec<PathBuf>, Vec<Option<FileId>>) =
+            crate::store::list_database_files(store_dir)
+                .map_err(std::io::Error::other)?
+                .into_iter()
+                .map(|(p, id)| (p, Some(id)))
+                .unzip();
         if let Some(pool) = &pool {
             pool.retain(&paths);
         }
@@ -237,32 +260,64 @@ impl FanOut {
             returned: 0,
             gaps_returned: 0,
             pool,
+            pending: Vec::new(),
+            gaps_pending: Vec::new(),
+            listed: paths.len(),
             warnings: Vec::new(),
             damaged: Vec::new(),
         };
-        for path in paths {
-            // A kept connection was checked when it was opened.
-            let kept = fan.pool.as_ref().and_then(|p| p.take(&path));
-            let conn = match kept.map_or_else(|| open_event_database(&path), |c| Ok(Some(c))) {
-                Ok(Some(conn)) => conn,
-                Ok(None) => continue,
-                Err(e) => {
-                    if crate::store::is_damage(&e) {
-                        fan.damaged.push((path.clone(), e.to_string()));
+        let plans = match zones {
+            Some(z) => {
+                let files: Vec<(&Path, Option<FileId>)> = paths
+                    .iter()
+                    .map(PathBuf::as_path)
+                    .zip(ids.iter().copied())
+                    .collect();
+                z.plan(&files, |m| next_in(&fan.filter, m))
+            }
+            None => vec![Plan::Unknown; paths.len()],
+        };
+        for ((path, file), plan) in paths.into_iter().zip(ids).zip(plans) {
+            let id_max = bounds.map(|b| b.get(&path).copied().unwrap_or(0));
+            match plan {
+                Plan::Unknown => {
+                    let Some(i) = fan.attach(path, file, id_max, true, true) else {
+                        continue;
+                    };
+                    if let Some(z) = zones {
+                        let s = &fan.shards[i];
+                        if !z.knows(&s.path, s.file) {
+                            match crate::store::zones::load(&s.conn, &s.path) {
+                                Ok(loaded) => z.learn(&s.path, loaded),
+                                Err(_) => z.unreadable(&s.path),
+                            }
+                        }
                     }
-                    fan.warnings
-                        .push(format!("{}: not read: {e}", path.display()));
-                    continue;
                 }
-            };
-            fan.shards.push(ShardStream {
-                id_max: bounds.map(|b| b.get(&path).copied().unwrap_or(0)),
-                file: file_id(&path),
-                path,
-                conn,
-                events: Lane::new(fan.filter.after),
-                gaps: Lane::new(fan.filter.gaps_after),
-            });
+                // Nothing in it the query can list.
+                Plan::Known {
+                    next: None,
+                    gaps: false,
+                } => {}
+                Plan::Known { next, gaps } => {
+                    let p = Pending {
+                        path,
+                        file,
+                        id_max,
+                        at: next.unwrap_or_default(),
+                        gaps,
+                    };
+                    match next {
+                        Some(_) => fan.pending.push(p),
+                        None => fan.gaps_pending.push(p),
+                    }
+                }
+            }
+        }
+        // The soonest last.
+        match fan.filter.order {
+            Order::OldestFirst => fan.pending.sort_by_key(|p| std::cmp::Reverse(p.at)),
+            Order::NewestFirst => fan.pending.sort_by_key(|p| p.at),
         }
         for i in 0..fan.shards.len() {
             fan.refill(i);
@@ -270,8 +325,83 @@ impl FanOut {
         Ok(fan)
     }
 
-    /// Number of databases answering.
+    /// Opens `path` for the query (a connection from the pool if one is
+    /// kept): its index among the shards, or `None` if it cannot be read
+    /// (named in the warnings) or is not an event database. `events` and
+    /// `gaps` say which listings it takes part in.
+    fn attach(
+        &mut self,
+        path: PathBuf,
+        file: Option<FileId>,
+        id_max: Option<i64>,
+        events: bool,
+        gaps: bool,
+    ) -> Option<usize> {
+        // A kept connection was checked when it was opened.
+        let kept = self.pool.as_ref().and_then(|p| p.take(&path, file));
+        let conn = match kept.map_or_else(|| open_event_database(&path), |c| Ok(Some(c))) {
+            Ok(Some(conn)) => conn,
+            Ok(None) => return None,
+            Err(e) => {
+                if crate::store::is_damage(&e) {
+                    self.damaged.push((path.clone(), e.to_string()));
+                }
+                self.warnings
+                    .push(format!("{}: not read: {e}", path.display()));
+                return None;
+            }
+        };
+        let mut stream = ShardStream {
+            id_max,
+            file,
+            path,
+            conn,
+            events: Lane::new(self.filter.after),
+            gaps: Lane::new(self.filter.gaps_after),
+        };
+        stream.events.exhausted = !events;
+        stream.gaps.exhausted = !gaps;
+        self.shards.push(stream);
+        Some(self.shards.len() - 1)
+    }
+
+    /// Opens the pending files whose next event may come before (or with)
+    /// the merge's next row: after this, no file left unopened can hold a
+    /// row that belongs before the heap's top.
+    fn open_due(&mut self) {
+        while let Some(p) = self.pending.last() {
+            let due = match self.heap.peek() {
+                None => true,
+                Some(top) => match self.filter.order {
+                    Order::OldestFirst => p.at <= top.key.ts,
+                    Order::NewestFirst => p.at >= top.key.ts,
+                },
+            };
+            if !due {
+                break;
+            }
+            let Some(p) = self.pending.pop() else { break };
+            self.open_pending(p);
+        }
+    }
+
+    fn open_pending(&mut self, p: Pending) {
+        if let Some(i) = self.attach(p.path, p.file, p.id_max, true, p.gaps) {
+            self.refill(i);
+            if self.gaps_started {
+                self.refill_gaps(i);
+            }
+        }
+    }
+
+    /// Database files in the store when the query began (those it opened,
+    /// and those their time maps let it leave alone).
     pub fn shard_count(&self) -> usize {
+        self.listed
+    }
+
+    /// Databases opened so far.
+    pub fn opened(&self) -> usize {
         self.shards.len()
     }
 
@@ -280,6 +410,7 @@ impl FanOut {
         if self.filter.limit.is_some_and(|l| self.returned >= l) {
             return None;
         }
+        self.open_due();
         let head = self.heap.pop()?;
         let row = self.shards[head.shard].events.rows.pop_front()?;
         self.refill(head.shard);
@@ -297,6 +428,19 @@ impl FanOut {
             self.gaps_started = true;
             for i in 0..self.shards.len() {
                 self.refill_gaps(i);
+            }
+            // Files with gaps not opened for events yet: opened now, with
+            // their events too (a later `next_event` still sees them).
+            let (with_gaps, rest): (Vec<Pending>, Vec<Pending>) =
+                self.pending.drain(..).partition(|p| p.gaps);
+            self.pending = rest;
+            for p in with_gaps {
+                self.open_pending(p);
+            }
+            for p in std::mem::take(&mut self.gaps_pending) {
+                if let Some(i) = self.attach(p.path, p.file, p.id_max, false, true) {
+                    self.refill_gaps(i);
+                }
             }
         }
         if self.filter.limit.is_some_and(|l| self.gaps_returned >= l) {
@@ -489,6 +633,31 @@ impl FanOut {
     }
 }
 
+/// The time at which a file with map `m` may hold its first event for
+/// `filter` (its window, and the cursor it continues after), in the
+/// listing's order; `None` if it holds none the query can list.
+fn next_in(filter: &Filter, m: &TimeMap) -> Option<i64> {
+    let after = filter.after.map(|c| c.ts);
+    match filter.order {
+        Order::OldestFirst => {
+            let from = filter
+                .since_ns
+                .unwrap_or(i64::MIN)
+                .max(after.unwrap_or(i64::MIN));
+            m.first_at_or_after(from)
+                .filter(|&t| filter.until_ns.is_none_or(|u| t < u))
+        }
+        Order::NewestFirst => {
+            let to = filter
+                .until_ns
+                .map_or(i64::MAX, |u| u.saturating_sub(1))
+                .min(after.unwrap_or(i64::MAX));
+            m.last_at_or_before(to)
+                .filter(|&t| filter.since_ns.is_none_or(|s| t >= s))
+        }
+    }
+}
+
 /// Page cache of each query connection (KiB): 8 pages of 32 KiB.
 const QUERY_CACHE_KIB: i64 = 256;
 
@@ -663,7 +832,7 @@ mod tests {
 
     fn messages(dir: &Path, pool: &Arc<ConnectionPool>) -> Vec<String> {
         let mut fan =
-            FanOut::open_pooled(dir, Filter::default(), None, Some(pool.clone())).unwrap();
+            FanOut::open_pooled(dir, Filter::default(), None, Some(pool.clone()), None).unwrap();
         std::iter::from_fn(|| fan.next_event().map(|e| e.message)).collect()
     }
 
@@ -680,6 +849,150 @@ mod tests {
         std::fs::rename(&fresh, &path).unwrap();
         assert_eq!(messages(dir.path(), &pool), ["new"]);
         assert_eq!(pool.idle(), 1);
+    }
+
+    /// Shards written the way stripes write them (runs of each "cpu"'s
+    /// events, one commit and zone row per run, equal timestamps across
+    /// shards, gaps in a few), read with and without their time maps: every
+    /// query, in both orders, with windows, cursors, limits and a filter,
+    /// lists the same events and gaps; and the newest page opens only the
+    /// files that hold it.
+    #[test]
+    fn time_maps_leave_files_unopened_but_change_no_answer() {
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let shards = 12usize;
+        let mut conns: Vec<Connection> = (0..shards)
+            .map(|j| crate::store::open_shard(&crate::store::shard_path(dir.path(), j)).unwrap())
+            .collect();
+        let mut all_ts = Vec::new();
+        let mut seq = [0i64; 2];
+        let mut t = 1_000i64;
+        for run in 0..150usize {
+            let j = (run * 7 + run / 12) % (shards - 1); // the last shard stays empty
+            let cpu = run % 2;
+            let tx = conns[j].transaction().unwrap();
+            let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+            for _ in 0..rng.random_range(1..40) {
+                // Often the same time as the event before (another shard's).
+                t += rng.random_range(0..3);
+                seq[cpu] += 1;
+                let provider = if rng.random_range(0..10) == 0 {
+                    "rare"
+                } else {
+                    "p"
+                };
+                tx.execute(
+                    crate::store::rows::INSERT_EVENT,
+                    rusqlite::params![
+                        t,
+                        cpu as i64,
+                        seq[cpu],
+                        7i64,
+                        1,
+                        1,
+                        0,
+                        6,
+                        provider,
+                        "n",
+                        "m",
+                        None::<&str>
+                    ],
+                )
+                .unwrap();
+                (lo, hi) = (lo.min(t), hi.max(t));
+                all_ts.push(t);
+            }
+            tx.execute(crate::store::zones::INSERT_ZONE, [lo, hi])
+                .unwrap();
+            if run % 37 == 0 {
+                let gap = crate::store::rows::NewGap {
+                    ring_epoch: 7,
+                    cpu: cpu as u32,
+                    from_seq: seq[cpu] as u64 + 1,
+                    to_seq: seq[cpu] as u64 + 1,
+                    lost: 1,
+                    reason: "overwritten",
+                    ts_before: t,
+                    detected_at: t,
+                };
+                gap.insert(&mut tx.prepare(crate::store::rows::INSERT_GAP).unwrap())
+                    .unwrap();
+                seq[cpu] += 1;
+            }
+            tx.commit().unwrap();
+            // Often the next run (in another file) starts at the same time.
+            if rng.random_range(0..3) > 0 {
+                t += rng.random_range(1..200);
+            }
+        }
+        // Every file's map as its writer would load it, but one: a query
+        // reads that one's.
+        let zones = ZoneMaps::default();
+        for (j, conn) in conns.iter().enumerate().skip(1) {
+            let path = crate::store::shard_path(dir.path(), j);
+            zones.register(&path, Some(crate::store::zones::load(conn, &path).unwrap()));
+        }
+        let (t_min, t_max) = (all_ts[0], *all_ts.last().unwrap());
+        let collect = |f: &Filter, zones: Option<&ZoneMaps>| {
+            let mut fan = FanOut::open_pooled(dir.path(), f.clone(), None, None, zones).unwrap();
+            let events: Vec<Cursor> =
+                std::iter::from_fn(|| fan.next_event().map(|e| e.cursor())).collect();
+            let opened = fan.opened();
+            let gaps: Vec<GapCursor> =
+                std::iter::from_fn(|| fan.next_gap().map(|g| g.cursor())).collect();
+            (events, gaps, opened)
+        };
+        for k in 0..250 {
+            let window = |rng: &mut rand::rngs::StdRng| {
+                (rng.random_range(0..3) > 0).then(|| rng.random_range(t_min - 5..t_max + 5))
+            };
+            let mut f = Filter {
+                order: if k % 2 == 0 {
+                    Order::OldestFirst
+                } else {
+                    Order::NewestFirst
+                },
+                since_ns: window(&mut rng),
+                until_ns: window(&mut rng),
+                limit: (rng.random_range(0..4) > 0).then(|| rng.random_range(1..60)),
+                provider: (rng.random_range(0..5) == 0).then(|| "rare".to_string()),
+                ..Filter::default()
+            };
+            let (plain, plain_gaps, _) = collect(&f, None);
+            let (mapped, mapped_gaps, _) = collect(&f, Some(&zones));
+            assert!(
+                mapped == plain,
+                "{f:?}: {mapped:?}\nbut read whole: {plain:?}"
+            );
+            assert!(mapped_gaps == plain_gaps, "{f:?}: gaps differ");
+            // The next page, after the last event.
+            if let Some(last) = plain.last() {
+                f.after = Some(*last);
+                let (plain, _, _) = collect(&f, None);
+                let (mapped, _, _) = collect(&f, Some(&zones));
+                assert!(
+                    mapped == plain,
+                    "{f:?}: {mapped:?}\nbut read whole: {plain:?}"
+                );
+            }
+        }
+        // The 20 newest events are in the newest runs' files; the file with
+        // no map is opened too (and its map learnt for the next query).
+        // (Counted before the gaps: those are read from every file that
+        // has any.)
+        let newest = Filter {
+            order: Order::NewestFirst,
+            limit: Some(20),
+            ..Filter::default()
+        };
+        let (_, _, first) = collect(&newest, Some(&zones));
+        let (_, _, again) = collect(&newest, Some(&zones));
+        assert!(first <= 4, "{first} of {shards} files opened");
+        assert!(again < first || again <= 3, "{again} then");
+        let (_, _, all) = collect(&newest, None);
+        assert_eq!(all, shards);
     }
 
     /// Pages of `limit` gaps, each continuing after the last one's cursor,

@@ -490,6 +490,7 @@ fn run_query(
         filter,
         bounds.as_ref(),
         Some(shared.pool.clone()),
+        shared.health.as_deref().map(|h| h.zones()),
     )?;
     let Some((count, last)) = list(
         stream,
@@ -507,6 +508,9 @@ fn run_query(
         return Ok(());
     };
     warn(&mut out, &fan, shared.health.as_deref())?;
+    // Shard files there were, and those the query had to open (the others'
+    // time maps showed nothing it needed).
+    let files = serde_json::json!({ "listed": fan.shard_count(), "read": fan.opened() });
     drop(fan);
     let Some(follower) = follower else {
         // Each cursor is where its listing stands: the last row sent, or
@@ -517,6 +521,7 @@ fn run_query(
             "cursor": last.or(after).map(|c| c.token()),
             "gaps": gaps,
             "gap_cursor": last_gap.or(gaps_after).map(|c| c.token()),
+            "files": files,
         } });
         writeln!(out, "{end}")?;
         return out.flush();

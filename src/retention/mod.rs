@@ -295,6 +295,7 @@ impl RetentionCoordinator {
     /// per text) and counted; the pass goes on with the other shards.
     fn call(&mut self, i: usize, request: Request) -> Option<Reply> {
         let stop = self.stop.clone();
+        let health = self.health.clone();
         let shard = &mut self.shards[i];
         let result = match &mut shard.writer {
             Writer::Active { tx, control } => control
@@ -314,7 +315,8 @@ impl RetentionCoordinator {
                     }
                 }
                 match conn.as_mut() {
-                    Some(c) => control::execute(c, &request).map_err(|e| Some(e.to_string())),
+                    Some(c) => control::execute(c, &request, &shard.path, health.zones())
+                        .map_err(|e| Some(e.to_string())),
                     None => Err(None),
                 }
             }

@@ -157,17 +157,34 @@ pub fn recorded_damages(store_dir: &Path) -> Vec<(PathBuf, String, i64)> {
 /// Every `*.db` file in the store directory, sorted by name (R7: whatever
 /// configuration wrote it).
 pub fn list_databases(store_dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    Ok(list_database_files(store_dir)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect())
+}
+
+/// [`list_databases`] with each file's identity `(dev, inode)`, from the
+/// one `stat` that tells it is a file (a query lists the store every time:
+/// 256 files, one system call each).
+pub fn list_database_files(
+    store_dir: &Path,
+) -> Result<Vec<(PathBuf, super::zones::FileId)>, StoreError> {
+    use std::os::unix::fs::MetadataExt;
     let entries = std::fs::read_dir(store_dir).map_err(|source| StoreError::Dir {
         path: store_dir.to_path_buf(),
         source,
     })?;
-    let mut paths: Vec<PathBuf> = entries
+    let mut files: Vec<(PathBuf, super::zones::FileId)> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "db") && p.is_file())
+        .filter(|p| p.extension().is_some_and(|x| x == "db"))
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok()?;
+            m.is_file().then(|| (p, (m.dev(), m.ino())))
+        })
         .collect();
-    paths.sort();
-    Ok(paths)
+    files.sort();
+    Ok(files)
 }
 
 /// `path` with `suffix` added to its name (`-wal`, `-shm`, `.new`, ...).

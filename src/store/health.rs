@@ -1,5 +1,5 @@
-//! Which shard files are damaged, and which file each active shard writes
-//! now: shared by the writers (which find damage on commit, or are told of
+//! Which shard files are damaged, which file each active shard writes
+//! now, and what time each file covers (`zones`): shared by the writers (which find damage on commit, or are told of
 //! it), the query server (which finds it on read, and warns every query of
 //! it), the retention coordinator (which must never write a damaged file,
 //! nor take an active shard's new file for a historical one) and `stats`.
@@ -42,6 +42,10 @@ pub struct StoreHealth {
     /// Set while `suspects` is not empty: writers look at it after every
     /// commit, without the lock.
     suspected: AtomicBool,
+    /// What time each file covers (kept here because every stage that
+    /// shares this record needs it: writers widen it, retention marks the
+    /// gaps it adds, queries read it).
+    zones: super::zones::ZoneMaps,
 }
 
 /// At most this many damaged files are remembered (the oldest reports go
@@ -71,7 +75,13 @@ impl StoreHealth {
             }),
             mode: Some(mode),
             suspected: AtomicBool::new(false),
+            zones: Default::default(),
         }
+    }
+
+    /// The files' time maps (see [`super::zones`]).
+    pub fn zones(&self) -> &super::zones::ZoneMaps {
+        &self.zones
     }
 
     /// Writes `d`'s marker (see [`super::record_damage`]); says so if it

@@ -60,8 +60,20 @@ pub enum Reply {
     Vacuumed(u64),
 }
 
-/// Runs `request` on `conn`, which must be the database's only writer.
-pub fn execute(conn: &mut Connection, request: &Request) -> rusqlite::Result<Reply> {
+/// Runs `request` on `conn`, which must be the database's only writer, of
+/// the file at `path`. A trim that may store `unexported` gap rows marks
+/// the file in `zones` first, so that no query passes over it for gaps.
+pub fn execute(
+    conn: &mut Connection,
+    request: &Request,
+    path: &std::path::Path,
+    zones: &crate::store::zones::ZoneMaps,
+) -> rusqlite::Result<Reply> {
+    if let Request::Trim { keep, .. } = request {
+        if keep.forced && keep.exported.is_some() {
+            zones.mark_gaps(path);
+        }
+    }
     Ok(match request {
         Request::Measure => Reply::Usage(trim::measure(conn)?),
         Request::CutoffAfter { k } => Reply::Cutoff(trim::cutoff_after(conn, *k)?),

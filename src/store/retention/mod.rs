@@ -23,9 +23,10 @@ pub fn after_commit(
     conn: &mut rusqlite::Connection,
     control: &WriterControl,
     what: &std::path::Path,
+    zones: &crate::store::zones::ZoneMaps,
 ) {
     if let Some((id, request)) = control.take() {
-        let result = control::execute(conn, &request)
+        let result = control::execute(conn, &request, what, zones)
             .map_err(|e| format!("shard database {}: {request:?}: {e}", what.display()));
         control.answer(id, result);
     }

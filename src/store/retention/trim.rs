@@ -179,6 +179,7 @@ pub fn trim(
             args,
         )? as u64;
         done.event_bytes = bytes.unwrap_or(0) as u64;
+        crate::store::zones::trim(&tx)?;
     }
     if done.events as i64 == limit {
         done.more = true;

@@ -112,7 +112,17 @@ impl ShardWriter {
         let started = std::time::Instant::now();
         let tx = self.conn.transaction()?;
         let counts = insert_items(&tx, &self.batch, &mut self.runs, now_ns)?;
+        if let Some((lo, hi)) = counts.span {
+            tx.prepare_cached(crate::store::zones::INSERT_ZONE)?
+                .execute([lo, hi])?;
+        }
         insert_receipts(&tx, &mut self.runs, &self.shared.trackers, now_ns)?;
+        // Before the commit: the map may claim more than the file holds
+        // (if the commit fails), never less (see `store::zones`).
+        self.shared
+            .health
+            .zones()
+            .widen(&self.path, counts.span, counts.gaps);
         tx.commit()?;
         self.publish(counts, started.elapsed());
         Ok(())
@@ -149,6 +159,10 @@ struct Counts {
     bytes: u64,
     /// Sequence numbers (or dropped messages) stored as gaps.
     lost: u64,
+    /// The least and greatest `ts` of the events (none: no event).
+    span: Option<(i64, i64)>,
+    /// Whether any gap row was stored.
+    gaps: bool,
 }
 
 /// Inserts the batch's events and gaps, and gathers its receipt runs.
@@ -184,6 +198,10 @@ fn insert_items(
                     fields: fields.as_deref(),
                 };
                 event.insert(&mut insert_event)?;
+                counts.span = Some(match counts.span {
+                    Some((lo, hi)) => (lo.min(h.ts_ns), hi.max(h.ts_ns)),
+                    None => (h.ts_ns, h.ts_ns),
+                });
                 counts.events += 1;
                 counts.bytes += event.payload_bytes();
             }
@@ -210,6 +228,7 @@ fn insert_items(
                 }
                 .insert(&mut insert_gap)?;
                 counts.lost += lost;
+                counts.gaps = true;
             }
         }
         add_to_runs(runs, h, now_ns);

@@ -153,6 +153,7 @@ impl ShardWriter {
         *self.stats.path.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();
         self.stats.damaged_files.fetch_add(1, Ordering::Relaxed);
         self.sync_indexes();
+        self.register_zones();
         tracing::error!(
             shard = %old.display(),
             damage = %why,

@@ -134,10 +134,32 @@ impl ShardWriter {
         }
     }
 
+    /// Loads the file's time map for queries (see `store::zones`), and
+    /// rewrites its `zones` table compactly if it grew long. A file whose
+    /// map cannot be read is read whole by every query.
+    pub(super) fn register_zones(&mut self) {
+        use crate::store::zones;
+        let loaded = zones::load(&self.conn, &self.path);
+        if let Ok(l) = &loaded {
+            if let Err(e) = zones::compact(&mut self.conn, l) {
+                tracing::warn!(shard = %self.path.display(), error = %e,
+                    "zones table not compacted; it is read as it is");
+            }
+        }
+        let loaded = loaded
+            .map_err(|e| {
+                tracing::error!(shard = %self.path.display(), error = %e,
+                    "time map not read; queries read this file whole");
+            })
+            .ok();
+        self.shared.health.zones().register(&self.path, loaded);
+    }
+
     /// Runs until every drain has dropped its sender and the channel is
     /// empty, then closes the database (checkpointing the WAL).
     pub fn run(mut self) -> Result<(), StoreError> {
         self.sync_indexes();
+        self.register_zones();
         loop {
             // The last batch's room went back to the pool: none is held
             // while waiting. A buffer is taken when the first item comes.
@@ -213,7 +235,12 @@ impl ShardWriter {
     /// Runs retention's waiting request (if it was not withdrawn) between
     /// two commits, and leaves the answer.
     fn serve_control(&mut self) {
-        retention::after_commit(&mut self.conn, &self.control, &self.path);
+        retention::after_commit(
+            &mut self.conn,
+            &self.control,
+            &self.path,
+            self.shared.health.zones(),
+        );
     }
 
     fn commit_with_retry(&mut self) -> Result<(), StoreError> {
