@@ -114,6 +114,11 @@ pub fn run_with(
                                     None::<&str>,
                                 ])?;
                             }
+                            // As each of eventd's commits stores its span.
+                            if let (Some(first), Some(last)) = (chunk.first(), chunk.last()) {
+                                tx.prepare_cached(eventd::store::zones::INSERT_ZONE)?
+                                    .execute([first.ts.min(last.ts), first.ts.max(last.ts)])?;
+                            }
                         }
                         tx.commit()?;
                     }

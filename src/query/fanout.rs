@@ -9,9 +9,14 @@
 //! page starts after the last key read), and a heap per listing holds one
 //! head row per shard. A query over S shards holds at most
 //! `2 × S × PAGE_ROWS` rows, whatever the number of matching rows.
+//!
+//! With the daemon's time maps (`store::zones`), a shard is opened only when
+//! the merge reaches the earliest time it may hold an event at: files whose
+//! maps show nothing before the results are complete are never opened.
 
 use super::filter::{Filter, Order};
 use crate::store::rows::{Cursor, EventRow, GapCursor, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
+use crate::store::zones::{FileId, Plan, TimeMap, ZoneMaps};
 use rusqlite::OpenFlags;
 use rusqlite::{Connection, ToSql};
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -157,8 +162,6 @@ pub struct ConnectionPool {
     idle: std::sync::Mutex<HashMap<PathBuf, Vec<(FileId, Connection)>>>,
     per_database: usize,
 }
-
-use crate::store::zones::{FileId, Plan, TimeMap, ZoneMaps};
 
 impl ConnectionPool {
     pub fn new(per_database: usize) -> Self {
