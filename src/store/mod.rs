@@ -138,6 +138,30 @@ mod tests {
     use rusqlite::config::DbConfig;
     use rusqlite::Connection;
 
+    /// The bundled SQLite is built without SQLITE_ENABLE_MEMORY_MANAGEMENT
+    /// (`.cargo/config.toml`): with it, every connection's page cache is
+    /// one process-wide group, and two shard writers evict each other's
+    /// b-tree root pages (each insert then reads them again from the file).
+    #[test]
+    fn each_connection_keeps_its_own_page_cache() {
+        let conn = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            options.iter().any(|o| o.starts_with("THREADSAFE=1")),
+            "{options:?}"
+        );
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "{options:?}"
+        );
+    }
+
     #[test]
     fn r12_an_existing_file_that_is_not_a_database_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
