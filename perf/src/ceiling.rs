@@ -116,8 +116,12 @@ pub fn run_with(
                             }
                             // As each of eventd's commits stores its span.
                             if let (Some(first), Some(last)) = (chunk.first(), chunk.last()) {
-                                tx.prepare_cached(eventd::store::zones::INSERT_ZONE)?
-                                    .execute([first.ts.min(last.ts), first.ts.max(last.ts)])?;
+                                eventd::store::zones::record(
+                                    &tx,
+                                    first.ts.min(last.ts),
+                                    first.ts.max(last.ts),
+                                    tx.last_insert_rowid(),
+                                )?;
                             }
                         }
                         tx.commit()?;

@@ -47,11 +47,6 @@ fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()
             let chunk: Vec<u64> = (k * STRIPE..((k + 1) * STRIPE).min(events)).collect();
             let tx = conn.transaction()?;
             {
-                let ts = |i: u64| t0 + i as i64 * NS_PER_EVENT;
-                tx.execute(
-                    eventd::store::zones::INSERT_ZONE,
-                    [ts(chunk[0]), ts(chunk[chunk.len() - 1])],
-                )?;
                 let mut insert = tx.prepare_cached(eventd::store::rows::INSERT_EVENT)?;
                 for &i in &chunk {
                     insert.execute(params![
@@ -70,6 +65,13 @@ fn fill(dir: &Path, databases: usize, events: u64, t0: i64) -> anyhow::Result<()
                     ])?;
                 }
             }
+            let ts = |i: u64| t0 + i as i64 * NS_PER_EVENT;
+            eventd::store::zones::record(
+                &tx,
+                ts(chunk[0]),
+                ts(chunk[chunk.len() - 1]),
+                tx.last_insert_rowid(),
+            )?;
             tx.commit()?;
         }
     }

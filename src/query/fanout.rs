@@ -907,8 +907,7 @@ mod tests {
                 (lo, hi) = (lo.min(t), hi.max(t));
                 all_ts.push(t);
             }
-            tx.execute(crate::store::zones::INSERT_ZONE, [lo, hi])
-                .unwrap();
+            crate::store::zones::record(&tx, lo, hi, tx.last_insert_rowid()).unwrap();
             if run % 37 == 0 {
                 let gap = crate::store::rows::NewGap {
                     ring_epoch: 7,

@@ -1,8 +1,9 @@
 //! Which shard files are damaged, which file each active shard writes
-//! now, and what time each file covers (`zones`): shared by the writers (which find damage on commit, or are told of
-//! it), the query server (which finds it on read, and warns every query of
-//! it), the retention coordinator (which must never write a damaged file,
-//! nor take an active shard's new file for a historical one) and `stats`.
+//! now, and what time each file covers (`zones`): shared by the writers
+//! (which find damage on commit, or are told of it), the query server
+//! (which finds it on read, and warns every query of it), the retention
+//! coordinator (which must never write a damaged file, nor take an active
+//! shard's new file for a historical one) and `stats`.
 //!
 //! A damaged file is left in place, byte for byte (R12: never overwritten);
 //! its shard's writer moves on to a fresh file, the next generation

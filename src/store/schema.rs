@@ -261,14 +261,14 @@ mod tests {
             .unwrap();
         }
         migrate(&mut conn).unwrap().unwrap();
-        let zones: Vec<(i64, i64)> = conn
-            .prepare("SELECT ts_min, ts_max FROM zones")
+        let zones: Vec<(i64, i64, i64)> = conn
+            .prepare("SELECT ts_min, ts_max, id_max FROM zones")
             .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        assert_eq!(zones, [(10, 30)]);
+        assert_eq!(zones, [(10, 30, 3)]);
         // An empty one gets none.
         let mut empty = Connection::open_in_memory().unwrap();
         migrate(&mut empty).unwrap().unwrap();

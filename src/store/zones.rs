@@ -37,14 +37,23 @@ use std::sync::Mutex;
 pub const CREATE_ZONES: &str = "CREATE TABLE zones (
         id INTEGER PRIMARY KEY,
         ts_min INTEGER NOT NULL,      -- least ts of the events one commit stored
-        ts_max INTEGER NOT NULL       -- greatest
+        ts_max INTEGER NOT NULL,      -- greatest
+        id_max INTEGER NOT NULL       -- every event with an id up to this is covered
     );
-    INSERT INTO zones (ts_min, ts_max)
-        SELECT (SELECT min(ts) FROM events), (SELECT max(ts) FROM events)
+    INSERT INTO zones (ts_min, ts_max, id_max)
+        SELECT (SELECT min(ts) FROM events), (SELECT max(ts) FROM events),
+               (SELECT max(id) FROM events)
         WHERE EXISTS (SELECT 1 FROM events);";
 
 /// One commit's row.
-pub const INSERT_ZONE: &str = "INSERT INTO zones (ts_min, ts_max) VALUES (?1, ?2)";
+pub const INSERT_ZONE: &str = "INSERT INTO zones (ts_min, ts_max, id_max) VALUES (?1, ?2, ?3)";
+
+/// Stores one commit's zone, in its transaction: its events' least and
+/// greatest `ts` and the highest event id it stored.
+pub fn record(tx: &Connection, lo: i64, hi: i64, id_max: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(INSERT_ZONE)?.execute([lo, hi, id_max])?;
+    Ok(())
+}
 
 /// Retention, after deleting events: deletes the rows older than every
 /// event left, which cover nothing (a table with no events keeps its rows,
@@ -156,18 +165,56 @@ pub struct Loaded {
     pub gaps: bool,
     /// Rows of its `zones` table.
     pub rows: u64,
+    /// The highest event id the map covers.
+    pub id_max: Option<i64>,
+    /// Events no zone row covered (stored by something other than a
+    /// writer, or by a commit whose zone row was lost): their span and
+    /// highest id, added to `map`. A writer stores it as a row.
+    pub uncovered: Option<(i64, i64, i64)>,
 }
 
-/// Reads the map of the file `conn` has open at `path`.
+/// Reads the map of the file `conn` has open at `path`. Events with ids
+/// above every zone row's `id_max` are found (by id, so only they are read)
+/// and added: the map covers every event whoever stored it.
 pub fn load(conn: &Connection, path: &Path) -> rusqlite::Result<Loaded> {
+    use rusqlite::OptionalExtension;
     let file = file_id(path).ok_or(rusqlite::Error::InvalidPath(path.to_path_buf()))?;
     let mut map = TimeMap::default();
     let mut rows = 0u64;
-    let mut stmt = conn.prepare("SELECT ts_min, ts_max FROM zones ORDER BY ts_min")?;
+    let mut covered: Option<i64> = None;
+    let mut stmt = conn.prepare("SELECT ts_min, ts_max, id_max FROM zones ORDER BY ts_min")?;
     let mut it = stmt.query([])?;
     while let Some(r) = it.next()? {
         map.add(r.get(0)?, r.get(1)?);
+        covered = covered.max(Some(r.get(2)?));
         rows += 1;
+    }
+    let newest: Option<i64> = conn.query_row("SELECT max(id) FROM events", [], |r| r.get(0))?;
+    let uncovered = match (newest, covered) {
+        (Some(n), c) if c.is_none_or(|c| n > c) => {
+            // With nothing covered, the time index gives both ends at
+            // once; otherwise the rows above `c`, by rowid.
+            let (lo, hi): (Option<i64>, Option<i64>) = match c {
+                None => (
+                    conn.query_row("SELECT min(ts) FROM events", [], |r| r.get(0))?,
+                    conn.query_row("SELECT max(ts) FROM events", [], |r| r.get(0))?,
+                ),
+                Some(c) => conn
+                    .query_row(
+                        "SELECT min(ts), max(ts) FROM events WHERE id > ?1",
+                        [c],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
+                    .optional()?
+                    .unwrap_or((None, None)),
+            };
+            lo.zip(hi).map(|(lo, hi)| (lo, hi, n))
+        }
+        _ => None,
+    };
+    if let Some((lo, hi, n)) = uncovered {
+        map.add(lo, hi);
+        covered = Some(n);
     }
     let gaps = conn.query_row("SELECT EXISTS (SELECT 1 FROM gaps)", [], |r| r.get(0))?;
     Ok(Loaded {
@@ -175,24 +222,28 @@ pub fn load(conn: &Connection, path: &Path) -> rusqlite::Result<Loaded> {
         map,
         gaps,
         rows,
+        id_max: covered,
+        uncovered,
     })
 }
 
-/// Rewrites a writer's `zones` table as `loaded`'s spans when it holds many
-/// more rows than that (one per commit since the last time): the table
+/// A writer's `zones` table after [`load`]: the events no row covered get
+/// one, and the table is rewritten as the map's spans when it holds many
+/// more rows than that (one per commit since the last time), so that it
 /// stays small and the next load quick. The map is unchanged.
 pub fn compact(conn: &mut Connection, loaded: &Loaded) -> rusqlite::Result<()> {
     let spans = loaded.map.spans();
+    let id_max = loaded.id_max.unwrap_or(0);
     if loaded.rows <= 2 * spans.len() as u64 + 64 {
+        if let Some((lo, hi, n)) = loaded.uncovered {
+            record(conn, lo, hi, n)?;
+        }
         return Ok(());
     }
     let tx = conn.transaction()?;
     tx.execute("DELETE FROM zones", [])?;
-    {
-        let mut insert = tx.prepare(INSERT_ZONE)?;
-        for &(lo, hi) in spans {
-            insert.execute([lo, hi])?;
-        }
+    for &(lo, hi) in spans {
+        record(&tx, lo, hi, id_max)?;
     }
     tx.commit()
 }
@@ -464,6 +515,44 @@ mod tests {
         );
     }
 
+    /// Events stored without a zone row (a tool writing the file, not a
+    /// writer): the map still covers them, by their ids above the last
+    /// row's, and a writer's load stores a row for them.
+    #[test]
+    fn events_no_zone_row_covers_are_found_by_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-000.db");
+        let mut conn = crate::store::open_shard(&path).unwrap();
+        let insert = |conn: &Connection, ts: i64| {
+            conn.execute(
+                crate::store::rows::INSERT_EVENT,
+                rusqlite::params![ts, 0, ts, 1i64, 1, 1, 0, 6, "p", "n", "m", None::<&str>],
+            )
+            .unwrap();
+            conn.last_insert_rowid()
+        };
+        for ts in [500, 100, 300] {
+            insert(&conn, ts);
+        }
+        let loaded = load(&conn, &path).unwrap();
+        assert_eq!(loaded.map.spans(), [(100, 500)]);
+        assert_eq!(loaded.uncovered, Some((100, 500, 3)));
+        compact(&mut conn, &loaded).unwrap();
+        let again = load(&conn, &path).unwrap();
+        assert_eq!(
+            (again.uncovered, again.rows, again.id_max),
+            (None, 1, Some(3))
+        );
+        // A commit's row, then two more events no row covers.
+        let id = insert(&conn, 1000);
+        record(&conn, 1000, 1000, id).unwrap();
+        insert(&conn, 2000);
+        insert(&conn, 1500);
+        let loaded = load(&conn, &path).unwrap();
+        assert_eq!(loaded.uncovered, Some((1500, 2000, 6)));
+        assert_eq!(loaded.map.spans(), [(100, 500), (1000, 1000), (1500, 2000)]);
+    }
+
     #[test]
     fn compaction_rewrites_the_rows_as_the_map() {
         let dir = tempfile::tempdir().unwrap();
@@ -472,7 +561,7 @@ mod tests {
         for k in 0..400i64 {
             // Four commits in a row overlap.
             let lo = 1000 + (k / 4) * 100 + (k % 4) * 3;
-            conn.execute(INSERT_ZONE, [lo, lo + 5]).unwrap();
+            record(&conn, lo, lo + 5, 0).unwrap();
         }
         let loaded = load(&conn, &path).unwrap();
         assert_eq!(loaded.rows, 400);

@@ -113,8 +113,7 @@ impl ShardWriter {
         let tx = self.conn.transaction()?;
         let counts = insert_items(&tx, &self.batch, &mut self.runs, now_ns)?;
         if let Some((lo, hi)) = counts.span {
-            tx.prepare_cached(crate::store::zones::INSERT_ZONE)?
-                .execute([lo, hi])?;
+            crate::store::zones::record(&tx, lo, hi, counts.event_id_max)?;
         }
         insert_receipts(&tx, &mut self.runs, &self.shared.trackers, now_ns)?;
         // Before the commit: the map may claim more than the file holds
@@ -163,6 +162,8 @@ struct Counts {
     span: Option<(i64, i64)>,
     /// Whether any gap row was stored.
     gaps: bool,
+    /// The id of the last event stored (ids rise).
+    event_id_max: i64,
 }
 
 /// Inserts the batch's events and gaps, and gathers its receipt runs.
@@ -198,6 +199,7 @@ fn insert_items(
                     fields: fields.as_deref(),
                 };
                 event.insert(&mut insert_event)?;
+                counts.event_id_max = tx.last_insert_rowid();
                 counts.span = Some(match counts.span {
                     Some((lo, hi)) => (lo.min(h.ts_ns), hi.max(h.ts_ns)),
                     None => (h.ts_ns, h.ts_ns),
