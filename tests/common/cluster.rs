@@ -642,11 +642,16 @@ pub fn free_ports(n: usize) -> io::Result<Vec<(u16, std::fs::File)>> {
         if picked.iter().any(|(p, _)| *p == port) {
             continue;
         }
-        let lock = std::fs::OpenOptions::new()
+        // A lock file another user made and this one may not open: that
+        // port is taken.
+        let Ok(lock) = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(lockdir.join(port.to_string()))?;
+            .open(lockdir.join(port.to_string()))
+        else {
+            continue;
+        };
         // SAFETY: flock on a descriptor this function owns; it touches no memory.
         let locked = unsafe {
             libc::flock(
