@@ -54,14 +54,15 @@ pub fn measure(conn: &Connection) -> rusqlite::Result<ShardUsage> {
     let pages = pragma("page_count")? as u64;
     let free_pages = pragma("freelist_count")? as u64;
     let incremental_vacuum = pragma("auto_vacuum")? == 2;
-    let (oldest_ts, newest_ts): (Option<i64>, Option<i64>) =
-        conn.query_row("SELECT min(ts), max(ts) FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    let (low, high): (Option<i64>, Option<i64>) =
-        conn.query_row("SELECT min(id), max(id) FROM events", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
+    // One aggregate per statement: SQLite answers a lone min() or max()
+    // from one end of an index, but reads the whole index for two (90 ms
+    // against 4 ms over 410,000 rows; seconds per pass, on the writer's
+    // thread, for a shard of millions).
+    let one = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0));
+    let oldest_ts = one("SELECT min(ts) FROM events")?;
+    let newest_ts = one("SELECT max(ts) FROM events")?;
+    let low = one("SELECT min(id) FROM events")?;
+    let high = one("SELECT max(id) FROM events")?;
     let events_estimate = match (low, high) {
         (Some(l), Some(h)) => (h - l + 1).max(0) as u64,
         _ => 0,
