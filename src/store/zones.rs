@@ -12,8 +12,10 @@
 //! Kept in two places:
 //! - **The `zones` table** of each shard (this module owns its columns):
 //!   one row per commit, the least and greatest `ts` of the events it
-//!   stored, written in the commit's own transaction. A file made before
-//!   the table gets one row spanning all its events when migrated.
+//!   stored and the highest event id, written in the commit's own
+//!   transaction. A file made before the table gets one row spanning all
+//!   its events when migrated; events above every row's id (stored by
+//!   anything but a writer) are found by id when the map is read.
 //! - **[`ZoneMaps`]**, in memory, for every file the daemon knows: sorted,
 //!   disjoint spans ([`TimeMap`]), at most [`SPANS_MAX`] per file (past it
 //!   the closest neighbours are merged: a coarser map is still a true one).
