@@ -606,8 +606,8 @@ fn spawn(cmd: &mut Command, die_with_parent: bool) -> io::Result<Child> {
 /// The ports come from below the kernel's ephemeral range, which nothing
 /// hands out by itself: a port freed while its server is killed for a test
 /// stays ours until [`Cluster::restart`] binds it again, instead of going to
-/// another test's `bind(0)` (seen once in CI: a restarted replica's `/ping`
-/// was answered by another test's server on its old port). The locks keep
+/// another test's `bind(0)` (the likeliest reading of a CI failure: a
+/// restarted replica's `/ping` answered by a server without its tables). The locks keep
 /// clusters of tests running at the same time, in one process or several,
 /// off each other's ports. Where the ephemeral range leaves no room below it,
 /// ports come from `bind(0)` as before.
