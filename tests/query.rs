@@ -388,12 +388,7 @@ fn end_line(data: &Path, filter: serde_json::Value) -> serde_json::Value {
 fn queries_open_only_the_files_whose_time_maps_hold_what_they_need() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = config(
-        dir.path(),
-        "eight.toml",
-        "StorageShards = 8
-",
-    );
+    let cfg = config(dir.path(), "eight.toml", "StorageShards = 8\n");
     let d = Eventd::start(&data, Some(&cfg));
     let lines: Vec<String> = (0..200).map(|i| format!("mapped-{i}")).collect();
     emit(&data, "maps", "info", None, &lines);

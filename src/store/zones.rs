@@ -258,6 +258,15 @@ struct Entry {
     gaps: bool,
 }
 
+impl Entry {
+    /// Nothing known: every query reads the file whole, gaps included.
+    const UNKNOWN: Entry = Entry {
+        file: None,
+        map: None,
+        gaps: true,
+    };
+}
+
 /// What a query may do with one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
@@ -292,11 +301,7 @@ impl ZoneMaps {
                 map: Some(l.map),
                 gaps: l.gaps,
             },
-            None => Entry {
-                file: None,
-                map: None,
-                gaps: true,
-            },
+            None => Entry::UNKNOWN,
         };
         self.lock().insert(path.to_path_buf(), entry);
     }
@@ -343,21 +348,15 @@ impl ZoneMaps {
         self.lock()
             .entry(path.to_path_buf())
             .and_modify(|e| e.gaps = true)
-            .or_insert(Entry {
-                file: None,
-                map: None,
-                gaps: true,
-            });
+            .or_insert(Entry::UNKNOWN);
     }
 
     /// A file a query could not read the map of (not migrated, say):
     /// unknown, so that it is read whole and not asked again.
     pub fn unreadable(&self, path: &Path) {
-        self.lock().entry(path.to_path_buf()).or_insert(Entry {
-            file: None,
-            map: None,
-            gaps: true,
-        });
+        self.lock()
+            .entry(path.to_path_buf())
+            .or_insert(Entry::UNKNOWN);
     }
 
     /// Whether anything (a map or a mark) is kept for the file `file` at
