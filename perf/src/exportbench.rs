@@ -675,6 +675,8 @@ fn steady_rate(timeline: &[(f64, u64)], files: &[StoreFile], batch: u64) -> Opti
 /// One format and batch size: the bare loop, then eventd.
 #[derive(Debug, Clone, Serialize)]
 struct Pair {
+    /// Which round of `--repeat` (from 1).
+    round: usize,
     format: Format,
     batch_rows: u64,
     export: RunFigures,
@@ -988,6 +990,17 @@ struct ExportReportFile<'a> {
     batch_rows_choice: u64,
 }
 
+/// The round of `format` at the default batch whose export / bare ratio is
+/// the median of its rounds (the upper one of an even count).
+fn median_pair(pairs: &[Pair], format: Format) -> Option<&Pair> {
+    let mut at: Vec<&Pair> = pairs
+        .iter()
+        .filter(|p| p.format == format && p.batch_rows == BATCH_DEFAULT)
+        .collect();
+    at.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    at.get(at.len() / 2).copied()
+}
+
 /// The smallest batch whose export rate is within 10 % of the best
 /// (smaller batches: less memory, less lag at low rates), RowBinary.
 fn batch_choice(pairs: &[Pair]) -> u64 {
@@ -1073,8 +1086,14 @@ pub(crate) fn run(
         .map(|&b| (Format::RowBinary, b))
         .collect();
     points.push((Format::JsonEachRow, BATCH_DEFAULT));
+    // Each point `--repeat` times, the rounds interleaved: the bare rate of
+    // one point moved by up to 1.35x within minutes on this machine, so
+    // the ratio is judged by its median over rounds.
+    let rounds: Vec<(usize, Format, u64)> = (0..args.repeat.max(1))
+        .flat_map(|round| points.iter().map(move |&(f, b)| (round + 1, f, b)))
+        .collect();
     let mut pairs = Vec::new();
-    for (format, batch) in points {
+    for (round, format, batch) in rounds {
         progress.set_message(format!("bare {} {batch}", format.name()));
         let (bodies, encode_secs) = encode_all(&filled.files, format, batch)?;
         let bare_encoded = bare(&mut ch, &filled, format, batch, Some(&bodies))?;
@@ -1093,6 +1112,7 @@ pub(crate) fn run(
         )?;
         export.batches = export.batches.max(1);
         let p = Pair {
+            round,
             format,
             batch_rows: batch,
             ratio: export.rows_per_s / bare_encoded.rows_per_s,
@@ -1104,7 +1124,7 @@ pub(crate) fn run(
         };
         progress.suspend(|| {
             eprintln!(
-                "[{:3.0} s] {} {batch}: export {:.0} rows/s, bare {:.0} rows/s (ratio {:.2}), bare reading \
+                "[{:3.0} s] round {round}, {} {batch}: export {:.0} rows/s, bare {:.0} rows/s (ratio {:.2}), bare reading \
                  in the loop {:.0} rows/s (ratio {:.2}); export CPU {:.0} ns/row; files per worker \
                  {:?}, done at {:.2?} s; in ClickHouse {}/{} and {}/{}",
                 elapsed(),
@@ -1174,12 +1194,10 @@ pub(crate) fn run(
     let json = args.results.join("export.json");
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
     println!("\nreport: {}", json.display());
-    let headline = pairs
-        .iter()
-        .find(|p| p.format == Format::RowBinary && p.batch_rows == BATCH_DEFAULT)
+    let headline = median_pair(&pairs, Format::RowBinary)
         .or(pairs.first())
         .context("no export point")?;
-    let json_pair = pairs.iter().find(|p| p.format == Format::JsonEachRow);
+    let json_pair = median_pair(&pairs, Format::JsonEachRow);
     let lost_rows: u64 = pairs
         .iter()
         .map(|p| {
@@ -1229,18 +1247,19 @@ fn print_tables(
         args.system
     );
     println!(
-        "| format | ExportBatchRows | export rows/s | export rows/s, first to last full batch \
+        "| round | format | ExportBatchRows | export rows/s | export rows/s, first to last full batch \
          | bare rows/s | export / bare | bare, \
          read+encode in the loop, rows/s | export / that | export s | first batch s | batches | files per export worker \
          | export threads CPU ns/row | eventd process CPU ns/row | bare client CPU ns/row \
          (encoded / in the loop) | ClickHouse CPU ns/row (export / bare) | read+encode rows/s, \
          1 thread | rows in ClickHouse (export, bare, bare in the loop) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for p in pairs {
         println!(
-            "| {} | {} | {:.0} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {} | {:?} | {:.0} | {} | \
+            "| {} | {} | {} | {:.0} | {} | {:.0} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {} | {:?} | {:.0} | {} | \
              {:.0} / {:.0} | {:.0} / {:.0} | {:.0} | {}, {}, {} of {} |",
+            p.round,
             p.format.name(),
             p.batch_rows,
             p.export.rows_per_s,
@@ -1272,11 +1291,27 @@ fn print_tables(
             p.export.rows,
         );
     }
-    let at = |f: Format| {
-        pairs
-            .iter()
-            .find(|p| p.format == f && p.batch_rows == BATCH_DEFAULT)
-    };
+    if args.repeat > 1 {
+        let mut points: Vec<(Format, u64)> =
+            pairs.iter().map(|p| (p.format, p.batch_rows)).collect();
+        points.dedup();
+        points.truncate(pairs.len() / args.repeat.max(1));
+        for (format, batch) in points {
+            let mut ratios: Vec<f64> = pairs
+                .iter()
+                .filter(|p| p.format == format && p.batch_rows == batch)
+                .map(|p| p.ratio)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "\n{} {batch}: export / bare by round, sorted: {:.2?} (median {:.2})",
+                format.name(),
+                ratios,
+                ratios[ratios.len() / 2]
+            );
+        }
+    }
+    let at = |f: Format| median_pair(pairs, f);
     if let (Some(rb), Some(js)) = (at(Format::RowBinary), at(Format::JsonEachRow)) {
         println!(
             "\nformats at {BATCH_DEFAULT}: export RowBinary {:.0} vs JSONEachRow {:.0} rows/s \

@@ -53,9 +53,14 @@ pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
 /// `ExportNice`: the scheduling niceness of the export threads. Export is
 /// background work: on a host whose CPUs are busy, ingestion (rings,
 /// drains, writers at niceness 0) should win them, and export catch up when
-/// they are free. 10 gives a nice-0 thread about ten times the export
-/// thread's share of a contended CPU (the kernel's weights 1024 vs 110).
-pub const EXPORT_NICE_DEFAULT: u64 = 10;
+/// they are free. 19 gives a nice-0 thread about 68 times an export
+/// thread's share of a contended CPU (the kernel's weights 1024 vs 15);
+/// on idle CPUs export runs as fast as at 0. Chosen with `eventd-perf
+/// export` (docs/performance.md, "Export below ingestion"): flat-out
+/// ingestion with export on kept 0.80-0.94 of its rate at 19 against
+/// 0.57-0.70 at 10, and 0.98-1.08 against 0.89-0.93 with the cluster's
+/// CPU out of the way; export lag at half that rate stayed in seconds.
+pub const EXPORT_NICE_DEFAULT: u64 = 19;
 pub const EXPORT_NICE_RANGE: (u64, u64) = (0, 19);
 
 /// `ExportDatabase`'s default.
