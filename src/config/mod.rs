@@ -58,7 +58,7 @@ pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
 /// on idle CPUs export runs as fast as at 0. Chosen with `eventd-perf
 /// export` (docs/performance.md, "Export below ingestion"): flat-out
 /// ingestion with export on kept 0.80-0.94 of its rate at 19 against
-/// 0.57-0.70 at 10, and 0.98-1.08 against 0.89-0.93 with the cluster's
+/// 0.57-0.70 at 10, and 0.98-1.08 against 0.76-1.01 with the cluster's
 /// CPU out of the way; export lag at half that rate stayed in seconds.
 pub const EXPORT_NICE_DEFAULT: u64 = 19;
 pub const EXPORT_NICE_RANGE: (u64, u64) = (0, 19);
