@@ -34,6 +34,13 @@ const CHANNEL_BYTES_TOTAL: u64 = 64 << 20;
 const CHANNEL_BYTES_PER_SHARD: (u64, u64) = (256 << 10, 4 << 20);
 /// Slots per KiB of byte budget: events average a few hundred bytes.
 const CHANNEL_SLOT_BYTES: u64 = 1024;
+/// Slots of a channel, at least. A writer's batch is a few channel-fulls
+/// (it commits once a look brings less than half a channel), and with two
+/// drains striping over 256 shards the 256 slots that 256 KiB gave held
+/// batches near 1,070 events and ingestion at 0.53-0.65 of the ceiling;
+/// 512 gave 1,396 and 0.73, for about 26 MiB more at 256 shards (each slot
+/// keeps its payload buffer; `eventd-perf scale`, docs/performance.md).
+const CHANNEL_SLOTS_MIN: u64 = 512;
 
 impl Default for Tunables {
     fn default() -> Self {
@@ -61,7 +68,8 @@ impl Tunables {
     /// The channel capacity for `shards` shards: 4 MiB and 4096 slots each
     /// (a writer's batch is about one channel-full, and bigger commits are
     /// cheaper), shrinking with many shards so that all channels together
-    /// stay near 64 MiB (256 KiB and 256 slots each at 256 shards).
+    /// stay near 64 MiB of payload (256 KiB and 512 slots each at 256
+    /// shards).
     pub fn channel_for(&self, shards: usize) -> Capacity {
         if let Some(c) = self.channel {
             return c;
@@ -72,7 +80,7 @@ impl Tunables {
             .next_power_of_two()
             .min(hi);
         Capacity {
-            slots: (bytes / CHANNEL_SLOT_BYTES) as usize,
+            slots: (bytes / CHANNEL_SLOT_BYTES).max(CHANNEL_SLOTS_MIN) as usize,
             bytes,
         }
     }
@@ -90,8 +98,9 @@ mod tests {
             (2, 4096, 4 << 20),
             (16, 4096, 4 << 20),
             (64, 1024, 1 << 20),
-            (256, 256, 256 << 10),
-            (1000, 256, 256 << 10),
+            (128, 512, 512 << 10),
+            (256, 512, 256 << 10),
+            (1000, 512, 256 << 10),
         ] {
             let c = t.channel_for(shards);
             assert_eq!((c.slots, c.bytes), (slots, bytes), "{shards} shards");
