@@ -1048,17 +1048,10 @@ fn thread_nices(pid: u32, prefix: &str) -> Vec<i64> {
 /// eventd's export threads do when ExportNice is lowered: probed on a
 /// thread of its own.
 fn can_lower_niceness() -> bool {
-    std::thread::spawn(|| {
-        // SAFETY: gettid and setpriority act on this thread only and touch
-        // no memory of ours.
-        unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, 19) == 0
-                && libc::setpriority(libc::PRIO_PROCESS, tid, 15) == 0
-        }
-    })
-    .join()
-    .unwrap()
+    use eventd::threads::set_own_nice;
+    std::thread::spawn(|| set_own_nice(19).is_ok() && set_own_nice(15).is_ok())
+        .join()
+        .unwrap()
 }
 
 /// Export is background work: its threads run at `ExportNice` (19 by

@@ -1292,10 +1292,10 @@ fn print_tables(
         );
     }
     if args.repeat > 1 {
-        let mut points: Vec<(Format, u64)> =
-            pairs.iter().map(|p| (p.format, p.batch_rows)).collect();
-        points.dedup();
-        points.truncate(pairs.len() / args.repeat.max(1));
+        let points = pairs
+            .iter()
+            .filter(|p| p.round == 1)
+            .map(|p| (p.format, p.batch_rows));
         for (format, batch) in points {
             let mut ratios: Vec<f64> = pairs
                 .iter()
