@@ -1296,15 +1296,19 @@ impl Cluster {
         out
     }
 
-    /// Waits until no Replicated table on this server is read-only (they
-    /// are until the server has a ZooKeeper session: after a (re)start, or
-    /// about 10 s after ZooKeeper comes back).
+    /// Waits until no Replicated table on this server is read-only or holds
+    /// an expired ZooKeeper session. A table is read-only until the server
+    /// has a session (after a (re)start, or up to ~10 s after ZooKeeper
+    /// comes back); but a table whose session died while ZooKeeper was
+    /// down is not marked read-only until its restarting thread next looks,
+    /// so `is_readonly` alone can read 0 just after ZooKeeper returns and
+    /// the next insert still fails with code 225 (session expired).
     pub fn wait_writable(&self, shard: usize, replica: usize, timeout: Duration) -> bool {
         let url = self.url(shard, replica);
         wait_until(timeout, || {
             self.request(
                 &url,
-                "SELECT sum(is_readonly) FROM system.replicas",
+                "SELECT sum(is_readonly) + sum(is_session_expired) FROM system.replicas",
                 &[],
                 None,
                 Duration::from_secs(2),
