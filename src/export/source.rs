@@ -5,7 +5,10 @@
 
 use super::format::{self, Format, Origin};
 use super::state::Table;
-use crate::store::rows::{EventView, GapRow, EVENT_COLUMNS, GAP_COLUMNS};
+use crate::store::raw_select::RawSelect;
+use crate::store::rows::{
+    Columns, EventView, GapRow, EVENT_COLUMNS, EVENT_COLUMN_COUNT, GAP_COLUMNS,
+};
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 
@@ -78,6 +81,12 @@ impl Batch {
             .iter()
             .map(|k| (k.id, k.identity, k.recheck_time))
             .collect()
+    }
+
+    /// Ends the row whose bytes were just appended to `body`.
+    fn push(&mut self, key: Key) {
+        self.keys.push(key);
+        self.ends.push(self.body.len());
     }
 
     /// Keeps the rows whose id `keep` says, and their bytes.
@@ -163,68 +172,97 @@ impl ShardSource {
     pub fn select(
         &self,
         table: Table,
-        (lo, hi): (i64, i64),
+        range: (i64, i64),
         limit: u64,
         encoding: Encoding<'_>,
     ) -> Result<Batch, SourceError> {
-        let columns = match table {
-            Table::Events => EVENT_COLUMNS,
-            Table::Gaps => GAP_COLUMNS,
-        };
-        let sql = format!(
-            "SELECT {columns}, id FROM {} WHERE id BETWEEN ?1 AND ?2 ORDER BY id LIMIT ?3",
-            table.name()
-        );
         let limit = limit.min(i64::MAX as u64) as i64;
-        let mut stmt = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-        let id_at = columns.split(", ").count();
         let mut batch = Batch {
             keys: Vec::new(),
             ends: Vec::new(),
             body: Vec::with_capacity((limit.clamp(0, 1 << 16) as usize) * 256),
         };
-        let mut rows = stmt
-            .query(params![lo, hi, limit])
-            .map_err(|e| self.err(e))?;
-        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let id: i64 = r.get(id_at).map_err(|e| self.err(e))?;
+        match table {
+            Table::Events => self.select_events(range, limit, encoding, &mut batch),
+            Table::Gaps => self.select_gaps(range, limit, encoding, &mut batch),
+        }
+        .map_err(|e| self.err(e))?;
+        Ok(batch)
+    }
+
+    /// Events, the bulk of every export: stepped through SQLite's C
+    /// interface ([`RawSelect`]), which reads a batch in about four fifths
+    /// of the time rusqlite's rows take.
+    fn select_events(
+        &self,
+        (lo, hi): (i64, i64),
+        limit: i64,
+        encoding: Encoding<'_>,
+        batch: &mut Batch,
+    ) -> rusqlite::Result<()> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS}, id FROM events WHERE id BETWEEN ?1 AND ?2 ORDER BY id \
+             LIMIT ?3"
+        );
+        let mut stmt = RawSelect::prepare(&self.conn, &sql)?;
+        stmt.bind_i64(1, lo)?;
+        stmt.bind_i64(2, hi)?;
+        stmt.bind_i64(3, limit)?;
+        while stmt.step()? {
+            let r = &stmt;
+            let id = r.int(EVENT_COLUMN_COUNT)?;
+            let e = EventView::from_columns(r)?;
             let origin = Origin {
                 host: encoding.host,
                 source: &self.instance,
                 id,
             };
-            let key = match table {
-                Table::Events => {
-                    let e = EventView::from_row(r).map_err(|e| self.err(e))?;
-                    match encoding.format {
-                        Format::RowBinary => format::event_row_binary(&mut batch.body, &origin, &e),
-                        Format::JsonEachRow => format::event_json(&mut batch.body, &origin, &e),
-                    }
-                    Key {
-                        id,
-                        identity: (e.ring_epoch, e.cpu, e.seq, 0),
-                        recheck_time: e.ts,
-                        order_time: e.ts,
-                    }
-                }
-                Table::Gaps => {
-                    let g = GapRow::from_row(r).map_err(|e| self.err(e))?;
-                    match encoding.format {
-                        Format::RowBinary => format::gap_row_binary(&mut batch.body, &origin, &g),
-                        Format::JsonEachRow => format::gap_json(&mut batch.body, &origin, &g),
-                    }
-                    Key {
-                        id,
-                        identity: (g.ring_epoch, g.cpu, g.from_seq, g.to_seq),
-                        recheck_time: g.ts_before,
-                        order_time: g.detected_at,
-                    }
-                }
-            };
-            batch.keys.push(key);
-            batch.ends.push(batch.body.len());
+            match encoding.format {
+                Format::RowBinary => format::event_row_binary(&mut batch.body, &origin, &e),
+                Format::JsonEachRow => format::event_json(&mut batch.body, &origin, &e),
+            }
+            batch.push(Key {
+                id,
+                identity: (e.ring_epoch, e.cpu, e.seq, 0),
+                recheck_time: e.ts,
+                order_time: e.ts,
+            });
         }
-        Ok(batch)
+        Ok(())
+    }
+
+    fn select_gaps(
+        &self,
+        (lo, hi): (i64, i64),
+        limit: i64,
+        encoding: Encoding<'_>,
+        batch: &mut Batch,
+    ) -> rusqlite::Result<()> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {GAP_COLUMNS}, id FROM gaps WHERE id BETWEEN ?1 AND ?2 ORDER BY id LIMIT ?3"
+        ))?;
+        let id_at = GAP_COLUMNS.split(", ").count();
+        let mut rows = stmt.query(params![lo, hi, limit])?;
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(id_at)?;
+            let origin = Origin {
+                host: encoding.host,
+                source: &self.instance,
+                id,
+            };
+            let g = GapRow::from_row(r)?;
+            match encoding.format {
+                Format::RowBinary => format::gap_row_binary(&mut batch.body, &origin, &g),
+                Format::JsonEachRow => format::gap_json(&mut batch.body, &origin, &g),
+            }
+            batch.push(Key {
+                id,
+                identity: (g.ring_epoch, g.cpu, g.from_seq, g.to_seq),
+                recheck_time: g.ts_before,
+                order_time: g.detected_at,
+            });
+        }
+        Ok(())
     }
 
     /// The first `max` rows of `table` with ids above `after`, encoded.

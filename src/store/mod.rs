@@ -11,6 +11,7 @@ mod files;
 pub mod health;
 pub mod indexes;
 mod open;
+pub mod raw_select;
 pub mod recovery;
 pub mod retention;
 pub mod rows;

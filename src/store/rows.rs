@@ -148,6 +148,50 @@ impl EventRow {
     }
 }
 
+/// The current row of a statement, column by column: rusqlite's [`Row`], or
+/// the export's [`RawSelect`](super::raw_select::RawSelect). Both check
+/// the column's type (an integer is `INTEGER`, text is `TEXT` or `NULL`)
+/// and that text is UTF-8.
+pub trait Columns<'a> {
+    /// An `INTEGER` column.
+    fn int(&self, i: usize) -> rusqlite::Result<i64>;
+    /// A `TEXT` column, `None` for `NULL`; borrowed for as long as the row.
+    fn text(&self, i: usize) -> rusqlite::Result<Option<&'a str>>;
+    /// The column's name, for errors.
+    fn name(&self, i: usize) -> String;
+}
+
+impl<'a> Columns<'a> for &'a Row<'_> {
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+
+    fn text(&self, i: usize) -> rusqlite::Result<Option<&'a str>> {
+        let v = self.get_ref(i)?;
+        match v {
+            rusqlite::types::ValueRef::Null => Ok(None),
+            rusqlite::types::ValueRef::Text(t) => std::str::from_utf8(t)
+                .map(Some)
+                .map_err(|e| rusqlite::Error::Utf8Error(i, e)),
+            other => Err(rusqlite::Error::InvalidColumnType(
+                i,
+                self.name(i),
+                other.data_type(),
+            )),
+        }
+    }
+
+    fn name(&self, i: usize) -> String {
+        self.as_ref().column_name(i).unwrap_or("?").to_string()
+    }
+}
+
+/// An integer column that must fit `T` (a cpu, pid, level...).
+fn narrow<'a, T: TryFrom<i64>>(c: &impl Columns<'a>, i: usize) -> rusqlite::Result<T> {
+    let v = c.int(i)?;
+    T::try_from(v).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(i, v))
+}
+
 /// One stored event with its strings borrowed, from a statement's row or
 /// an [`EventRow`]: what the export stage encodes batches from, without a
 /// copy of each row's strings.
@@ -169,35 +213,33 @@ pub struct EventView<'a> {
 
 impl<'a> EventView<'a> {
     /// The row `r` of a statement selecting [`EVENT_COLUMNS`] (first), its
-    /// strings borrowed from the statement. A text column holding
-    /// something else is the error `Row::get::<String>` gives.
+    /// strings borrowed from the statement.
     pub fn from_row(r: &'a Row<'_>) -> rusqlite::Result<EventView<'a>> {
-        let text = |i: usize| -> rusqlite::Result<Option<&'a str>> {
-            let v = r.get_ref(i)?;
-            v.as_str_or_null().map_err(|_| {
-                let name = r.as_ref().column_name(i).unwrap_or("?").to_string();
-                rusqlite::Error::InvalidColumnType(i, name, v.data_type())
-            })
-        };
+        EventView::from_columns(r)
+    }
+
+    /// The current row of any reader of a statement selecting
+    /// [`EVENT_COLUMNS`] (first): a text column holding something else, or
+    /// an integer out of its field's range, is an error naming the column.
+    pub fn from_columns<C: Columns<'a>>(c: C) -> rusqlite::Result<EventView<'a>> {
         let required = |i: usize| -> rusqlite::Result<&'a str> {
-            text(i)?.ok_or_else(|| {
-                let name = r.as_ref().column_name(i).unwrap_or("?").to_string();
-                rusqlite::Error::InvalidColumnType(i, name, rusqlite::types::Type::Null)
+            c.text(i)?.ok_or_else(|| {
+                rusqlite::Error::InvalidColumnType(i, c.name(i), rusqlite::types::Type::Null)
             })
         };
         Ok(EventView {
-            ts: r.get(0)?,
-            cpu: r.get(1)?,
-            seq: r.get::<_, i64>(2)? as u64,
-            ring_epoch: r.get(3)?,
-            pid: r.get(4)?,
-            tid: r.get(5)?,
-            uid: r.get(6)?,
-            level: r.get(7)?,
+            ts: c.int(0)?,
+            cpu: narrow(&c, 1)?,
+            seq: c.int(2)? as u64,
+            ring_epoch: c.int(3)?,
+            pid: narrow(&c, 4)?,
+            tid: narrow(&c, 5)?,
+            uid: narrow(&c, 6)?,
+            level: narrow(&c, 7)?,
             provider: required(8)?,
             name: required(9)?,
             message: required(10)?,
-            fields: text(11)?,
+            fields: c.text(11)?,
         })
     }
 
