@@ -346,6 +346,38 @@ mod tests {
         path
     }
 
+    /// A row that is not what the schema says (written by something other
+    /// than eventd) stops the batch with an error naming the file and the
+    /// column; the rows before it read as before.
+    #[test]
+    fn a_damaged_row_is_an_error_naming_the_file_and_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = filled(dir.path());
+        let conn = open_shard(&path).unwrap();
+        conn.execute(
+            "UPDATE events SET message = CAST(x'c328' AS TEXT) WHERE id = 5",
+            [],
+        )
+        .unwrap();
+        conn.execute("UPDATE events SET cpu = 'x' WHERE id = 9", [])
+            .unwrap();
+        drop(conn);
+        let source = ShardSource::open(&path).unwrap();
+        let enc = Encoding {
+            format: Format::RowBinary,
+            host: "h",
+        };
+        assert_eq!(source.after(Table::Events, 0, 4, enc).unwrap().len(), 4);
+        let err = source.after(Table::Events, 0, 100, enc).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        assert!(text.contains("UTF-8") || text.contains("utf-8"), "{text}");
+        let err = source.after(Table::Events, 5, 100, enc).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("cpu") && text.contains("Text"), "{text}");
+        assert_eq!(source.after(Table::Events, 9, 100, enc).unwrap().len(), 11);
+    }
+
     #[test]
     fn a_batch_encodes_as_it_reads_and_keeps_its_bytes_whole_when_rows_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
