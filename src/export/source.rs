@@ -122,6 +122,16 @@ pub struct ShardSource {
     conn: Connection,
 }
 
+/// A row whose column is not what the schema says.
+#[derive(Debug)]
+pub struct BadRow {
+    pub path: PathBuf,
+    pub table: &'static str,
+    pub id: i64,
+    pub column: String,
+    pub source: rusqlite::Error,
+}
+
 /// A shard file that cannot be exported now.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -130,6 +140,11 @@ pub enum SourceError {
         path: PathBuf,
         source: rusqlite::Error,
     },
+    #[error(
+        "shard database {}, {} row id {}: column {}: {}",
+        .0.path.display(), .0.table, .0.id, .0.column, .0.source
+    )]
+    Row(Box<BadRow>),
     #[error(
         "shard database {path} has no instance id (schema older than this eventd's, not \
          migrated): it is not exported"
@@ -167,6 +182,30 @@ impl ShardSource {
         }
     }
 
+    /// A row of `table` whose column the error names is not what the
+    /// schema says (only something other than eventd can have written it).
+    fn bad_row(&self, table: Table, id: i64, source: rusqlite::Error) -> SourceError {
+        use rusqlite::Error as E;
+        let columns = match table {
+            Table::Events => EVENT_COLUMNS,
+            Table::Gaps => GAP_COLUMNS,
+        };
+        let column = match &source {
+            E::InvalidColumnType(_, name, _) => name.clone(),
+            E::Utf8Error(i, _) | E::IntegralValueOutOfRange(i, _) => {
+                columns.split(", ").nth(*i).unwrap_or("?").to_string()
+            }
+            _ => "?".to_string(),
+        };
+        SourceError::Row(Box::new(BadRow {
+            path: self.path.clone(),
+            table: table.name(),
+            id,
+            column,
+            source,
+        }))
+    }
+
     /// Rows of `table` with ids in `lo..=hi`, in id order, at most
     /// `limit`, encoded as `encoding` says.
     pub fn select(
@@ -183,10 +222,11 @@ impl ShardSource {
             body: Vec::with_capacity((limit.clamp(0, 1 << 16) as usize) * 256),
         };
         match table {
-            Table::Events => self.select_events(range, limit, encoding, &mut batch),
-            Table::Gaps => self.select_gaps(range, limit, encoding, &mut batch),
+            Table::Events => self.select_events(range, limit, encoding, &mut batch)?,
+            Table::Gaps => self
+                .select_gaps(range, limit, encoding, &mut batch)
+                .map_err(|e| self.err(e))?,
         }
-        .map_err(|e| self.err(e))?;
         Ok(batch)
     }
 
@@ -199,19 +239,19 @@ impl ShardSource {
         limit: i64,
         encoding: Encoding<'_>,
         batch: &mut Batch,
-    ) -> rusqlite::Result<()> {
+    ) -> Result<(), SourceError> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS}, id FROM events WHERE id BETWEEN ?1 AND ?2 ORDER BY id \
              LIMIT ?3"
         );
-        let mut stmt = RawSelect::prepare(&self.conn, &sql)?;
-        stmt.bind_i64(1, lo)?;
-        stmt.bind_i64(2, hi)?;
-        stmt.bind_i64(3, limit)?;
-        while stmt.step()? {
+        let mut stmt = RawSelect::prepare(&self.conn, &sql).map_err(|e| self.err(e))?;
+        for (index, value) in [(1, lo), (2, hi), (3, limit)] {
+            stmt.bind_i64(index, value).map_err(|e| self.err(e))?;
+        }
+        while stmt.step().map_err(|e| self.err(e))? {
             let r = &stmt;
-            let id = r.int(EVENT_COLUMN_COUNT)?;
-            let e = EventView::from_columns(r)?;
+            let id = r.int(EVENT_COLUMN_COUNT).map_err(|e| self.err(e))?;
+            let e = EventView::from_columns(r).map_err(|e| self.bad_row(Table::Events, id, e))?;
             let origin = Origin {
                 host: encoding.host,
                 source: &self.instance,
@@ -371,10 +411,14 @@ mod tests {
         let err = source.after(Table::Events, 0, 100, enc).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(&path.display().to_string()), "{text}");
-        assert!(text.contains("UTF-8") || text.contains("utf-8"), "{text}");
+        assert!(
+            text.contains("events row id 5: column message: invalid utf-8"),
+            "{text}"
+        );
         let err = source.after(Table::Events, 5, 100, enc).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("cpu") && text.contains("Text"), "{text}");
+        assert!(text.contains("events row id 9: column cpu:"), "{text}");
+        assert!(text.contains("Text"), "{text}");
         assert_eq!(source.after(Table::Events, 9, 100, enc).unwrap().len(), 11);
     }
 
