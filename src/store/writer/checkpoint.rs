@@ -5,18 +5,24 @@
 //! other connection writes a shard), and while it syncs it takes nothing
 //! from its channel, so a drain striping into this shard waits on a full
 //! channel and reads nothing from its ring. With two drains over 256
-//! shards that waiting was most of what eventd lost against the bare
-//! ceiling: the same build without syncs ingested 1.27-1.48x as fast
-//! (docs/performance.md).
+//! shards the syncs were most of what eventd lost against the bare
+//! ceiling (the same build without syncs ingested 1.27-1.48x as fast,
+//! docs/performance.md).
 //!
-//! So a writer takes its checkpoints over from SQLite ([`Checkpoints::take_over`])
-//! and runs them itself, the same PASSIVE checkpoint with the same syncs:
-//! - once the WAL holds [`Checkpoints::soft`] frames not yet copied back
+//! So a writer takes its checkpoints over from SQLite
+//! ([`Checkpoints::take_over`]) and runs them itself, the same PASSIVE
+//! checkpoint with the same syncs:
+//! - once the WAL holds SQLite's threshold of frames not yet copied back
 //!   (about 4 MB, as before), at the first moment its channel is empty
 //!   after a commit, which under striping is most of the time between
 //!   two stripes;
-//! - at four times that, right after the commit, as SQLite would have (a
-//!   writer whose channel never empties still bounds its WAL).
+//! - at four times that, right after the commit, where SQLite would have
+//!   checkpointed at once (a writer whose channel never empties still
+//!   bounds its WAL).
+//!
+//! That gave 5-8 % more events/s at 2 rings x 256 shards, not 27-48 %:
+//! on ext4 a sync also waits for other files' new blocks, so a checkpoint
+//! holds the other writers up wherever it runs.
 //!
 //! What a commit guarantees does not change: commits are not synced
 //! either way (R6's receipts cover a power cut), and a checkpoint syncs
