@@ -148,7 +148,6 @@ impl ShardWriter {
             true,
         );
         drop(std::mem::replace(&mut self.conn, conn));
-        self.take_checkpoints();
         let old = std::mem::replace(&mut self.path, next.clone());
         self.file = FileWatch::of(&self.path);
         *self.stats.path.lock().unwrap_or_else(|p| p.into_inner()) = next.clone();

@@ -12,7 +12,6 @@
 //! retried with the same batch; meanwhile the channel fills and the drains
 //! pause, and the rings absorb the backlog.
 
-mod checkpoint;
 mod commit;
 mod damage;
 mod stats;
@@ -24,7 +23,6 @@ use super::retention::{self, WriterControl};
 use super::StoreError;
 use crate::channel::{Receiver, TryRecvError};
 use crate::drain::{CommitTracker, Handoff, Kind};
-use checkpoint::Checkpoints;
 pub use commit::BatchPool;
 use commit::{Batch, Run};
 use damage::FileWatch;
@@ -75,9 +73,6 @@ pub struct ShardWriter {
     runs: Vec<Run>,
     /// Retention's requests (see [`super::retention`]).
     control: Arc<WriterControl>,
-    /// This writer's own checkpoints (`checkpoint.rs`); None where the
-    /// connection would not give them up (SQLite's stay).
-    checkpoints: Option<Checkpoints>,
 }
 
 /// Commit attempts made at shutdown before giving a failing batch up (its
@@ -125,33 +120,6 @@ impl ShardWriter {
             batch: Batch::default(),
             runs: Vec::new(),
             control,
-            checkpoints: None,
-        }
-    }
-
-    /// Takes the checkpoints of the current connection over from SQLite
-    /// (see `checkpoint.rs`). On the writer's thread: the frame count the
-    /// commits leave is this thread's.
-    pub(super) fn take_checkpoints(&mut self) {
-        self.checkpoints = match Checkpoints::take_over(&self.conn) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(shard = %self.path.display(), error = %e,
-                    "checkpoints stay inside commits");
-                None
-            }
-        };
-    }
-
-    /// Checkpoints now if one is due: `idle` after a look found the
-    /// channel empty, otherwise only if the WAL is overdue.
-    fn checkpoint_if_due(&mut self, idle: bool) {
-        if let Some(c) = &mut self.checkpoints {
-            if c.overdue() || (idle && c.due()) {
-                let started = std::time::Instant::now();
-                c.run(&self.conn, &self.path);
-                self.stats.record_checkpoint(started.elapsed());
-            }
         }
     }
 
@@ -190,13 +158,9 @@ impl ShardWriter {
     /// Runs until every drain has dropped its sender and the channel is
     /// empty, then closes the database (checkpointing the WAL).
     pub fn run(mut self) -> Result<(), StoreError> {
-        self.take_checkpoints();
         self.sync_indexes();
         self.register_zones();
         loop {
-            // A checkpoint waits for a moment with nothing to take: a
-            // drain filling this channel is not held up by its syncs.
-            self.checkpoint_if_due(self.rx.stats().occupied_slots == 0);
             // The last batch's room went back to the pool: none is held
             // while waiting. A buffer is taken when the first item comes.
             let pool = &self.shared.batches;
@@ -259,7 +223,6 @@ impl ShardWriter {
             self.check_file();
             if !self.batch.headers.is_empty() {
                 self.commit_with_retry()?;
-                self.checkpoint_if_due(false);
             }
             // Retention's request, if one waits: looked for after every
             // commit (one uncontended lock), since a channel kept full by
