@@ -182,24 +182,20 @@ impl ShardSource {
         }
     }
 
-    /// A row of `table` whose column the error names is not what the
-    /// schema says (only something other than eventd can have written it).
-    fn bad_row(&self, table: Table, id: i64, source: rusqlite::Error) -> SourceError {
+    /// An event row (`id`, the current row of `r`) whose column the error
+    /// names is not what the schema says (only something other than
+    /// eventd can have written it). The column's name comes from the
+    /// statement, for the errors that carry only its index.
+    fn bad_event(&self, r: &RawSelect<'_>, id: i64, source: rusqlite::Error) -> SourceError {
         use rusqlite::Error as E;
-        let columns = match table {
-            Table::Events => EVENT_COLUMNS,
-            Table::Gaps => GAP_COLUMNS,
-        };
         let column = match &source {
             E::InvalidColumnType(_, name, _) => name.clone(),
-            E::Utf8Error(i, _) | E::IntegralValueOutOfRange(i, _) => {
-                columns.split(", ").nth(*i).unwrap_or("?").to_string()
-            }
+            E::Utf8Error(i, _) | E::IntegralValueOutOfRange(i, _) => r.name(*i),
             _ => "?".to_string(),
         };
         SourceError::Row(Box::new(BadRow {
             path: self.path.clone(),
-            table: table.name(),
+            table: Table::Events.name(),
             id,
             column,
             source,
@@ -251,7 +247,7 @@ impl ShardSource {
         while stmt.step().map_err(|e| self.err(e))? {
             let r = &stmt;
             let id = r.int(EVENT_COLUMN_COUNT).map_err(|e| self.err(e))?;
-            let e = EventView::from_columns(r).map_err(|e| self.bad_row(Table::Events, id, e))?;
+            let e = EventView::from_columns(r).map_err(|e| self.bad_event(r, id, e))?;
             let origin = Origin {
                 host: encoding.host,
                 source: &self.instance,

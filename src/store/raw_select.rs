@@ -4,7 +4,7 @@
 //! `ValueRef`) was about a fifth of such a read, measured in
 //! `cargo bench --bench export`. The checks stay: a column holding the
 //! wrong type, an integer out of range or text that is not UTF-8 is the
-//! same `rusqlite::Error` rusqlite gives, naming the column.
+//! same `rusqlite::Error` rusqlite gives, naming the column (or its index).
 //!
 //! A [`RawSelect`] borrows its connection, so it cannot outlive it nor move
 //! to another thread (neither `Send` nor `Sync`), and it is finalized when
