@@ -317,3 +317,55 @@ fn metrics_match_counted_truth_after_a_known_load() {
     );
     eventd.stop();
 }
+
+/// The writer runs its checkpoints itself, between batches: after more
+/// than ~4 MB of WAL the metric counts them, the WAL has been copied back
+/// into the database file, and the WAL file stays within the ~16 MB a
+/// writer lets it reach.
+#[test]
+fn writers_checkpoint_between_batches_and_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let cfg = config(
+        dir.path(),
+        &format!("StorageShards = 1\nMetricsListen = \"127.0.0.1:{port}\"\n"),
+    );
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let emitter = Emitter::open(data.join("kmes")).unwrap();
+    let cpu = online_cpus()[0];
+    let message = "c".repeat(2000);
+    let mut total = 0u64;
+    // About 16 MB of messages, in steps the writer keeps up with.
+    for _ in 0..16 {
+        for _ in 0..500 {
+            emitter
+                .ring(cpu)
+                .unwrap()
+                .emit(&event("checkpoint", &message, ""))
+                .unwrap();
+            total += 1;
+        }
+        wait_for_events(&data, total);
+    }
+    let metrics = parse(&scrape_http(port), "shard");
+    let checkpoints = metrics["eventd_shard_checkpoints_total"]["0"];
+    assert!(checkpoints >= 2.0, "{checkpoints} checkpoints");
+    assert!(metrics["eventd_shard_checkpoint_seconds_total"]["0"] > 0.0);
+    let stats = eventctl_json(&data, "stats");
+    assert_eq!(
+        stats["stats"]["shards"][0]["checkpoints"],
+        checkpoints as u64
+    );
+    let wal = std::fs::metadata(data.join("store/shard-000.db-wal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert!(wal < 24 << 20, "WAL of {wal} bytes");
+    // What the WAL held is in the database file: far more than one
+    // checkpoint's worth of pages.
+    let db = std::fs::metadata(data.join("store/shard-000.db"))
+        .unwrap()
+        .len();
+    assert!(db > 8 << 20, "database file of {db} bytes");
+    eventd.stop();
+}

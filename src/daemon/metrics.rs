@@ -292,6 +292,18 @@ fn shards(e: &mut Exposition, state: &DaemonState) {
         Kind::Counter,
         per(&|w| load(&w.commit_errors)),
     );
+    e.family(
+        "eventd_shard_checkpoints_total",
+        "WAL checkpoints the writer ran (between batches, see docs/storage.md).",
+        Kind::Counter,
+        per(&|w| load(&w.checkpoints)),
+    );
+    e.family(
+        "eventd_shard_checkpoint_seconds_total",
+        "Time the writer spent in those checkpoints, syncs included.",
+        Kind::Counter,
+        per(&|w| load(&w.checkpoint_us) / 1e6),
+    );
     let histograms: Vec<_> = state
         .shards
         .iter()

@@ -82,6 +82,8 @@ fn shard_stats((j, s): (usize, &super::ShardState)) -> Value {
         "commits": w.commits.load(Ordering::Relaxed),
         "batch_max": w.batch_max.load(Ordering::Relaxed),
         "commit_errors": w.commit_errors.load(Ordering::Relaxed),
+        "checkpoints": w.checkpoints.load(Ordering::Relaxed),
+        "checkpoint_us": w.checkpoint_us.load(Ordering::Relaxed),
         "last_error": *w.last_error.lock().unwrap_or_else(|p| p.into_inner()),
         "latency_us_p50": h.latency_us.value_at_quantile(0.5),
         "latency_us_p99": h.latency_us.value_at_quantile(0.99),

@@ -12,6 +12,7 @@
 //! retried with the same batch; meanwhile the channel fills and the drains
 //! pause, and the rings absorb the backlog.
 
+mod checkpoint;
 mod commit;
 mod damage;
 mod stats;
@@ -23,6 +24,7 @@ use super::retention::{self, WriterControl};
 use super::StoreError;
 use crate::channel::{Receiver, TryRecvError};
 use crate::drain::{CommitTracker, Handoff, Kind};
+use checkpoint::Checkpoints;
 pub use commit::BatchPool;
 use commit::{Batch, Run};
 use damage::FileWatch;
@@ -73,6 +75,8 @@ pub struct ShardWriter {
     runs: Vec<Run>,
     /// Retention's requests (see [`super::retention`]).
     control: Arc<WriterControl>,
+    /// This writer's own checkpoints (`checkpoint.rs`).
+    checkpoints: Checkpoints,
 }
 
 /// Commit attempts made at shutdown before giving a failing batch up (its
@@ -109,6 +113,7 @@ impl ShardWriter {
         // commit.
         rx.set_release_every(rx.capacity().slots);
         *stats.path.lock().unwrap_or_else(|p| p.into_inner()) = path.clone();
+        let checkpoints = Checkpoints::take_over(&conn);
         ShardWriter {
             index,
             file: FileWatch::of(&path),
@@ -120,7 +125,29 @@ impl ShardWriter {
             batch: Batch::default(),
             runs: Vec::new(),
             control,
+            checkpoints,
         }
+    }
+
+    /// Checkpoints now if one is due: `idle` after a look found the
+    /// channel empty, otherwise only if the WAL is overdue. The file is
+    /// looked at first: a cut since the last look is found before the
+    /// checkpoint writes pages past it (and the file's new length is known
+    /// to be SQLite's own after it).
+    fn checkpoint_if_due(&mut self, idle: bool) {
+        let c = &mut self.checkpoints;
+        if !(c.overdue() || (idle && c.due())) {
+            return;
+        }
+        self.file.look_now();
+        if self.check_file() {
+            // A new file, with its own WAL and checkpoints.
+            return;
+        }
+        let started = std::time::Instant::now();
+        let whole = self.checkpoints.run(&self.conn, &self.path);
+        self.file.checkpointed(&self.conn, whole);
+        self.stats.record_checkpoint(started.elapsed());
     }
 
     /// Gives the file the `QueryIndexes` (see `store::indexes`). A file
@@ -161,6 +188,9 @@ impl ShardWriter {
         self.sync_indexes();
         self.register_zones();
         loop {
+            // A checkpoint waits for a moment with nothing to take: a
+            // drain filling this channel is not held up by its syncs.
+            self.checkpoint_if_due(self.rx.stats().occupied_slots == 0);
             // The last batch's room went back to the pool: none is held
             // while waiting. A buffer is taken when the first item comes.
             let pool = &self.shared.batches;
@@ -223,6 +253,7 @@ impl ShardWriter {
             self.check_file();
             if !self.batch.headers.is_empty() {
                 self.commit_with_retry()?;
+                self.checkpoint_if_due(false);
             }
             // Retention's request, if one waits: looked for after every
             // commit (one uncontended lock), since a channel kept full by

@@ -24,8 +24,20 @@ pub struct WriterStats {
     pub path: Mutex<PathBuf>,
     /// Files of this shard given up as damaged.
     pub damaged_files: AtomicU64,
+    /// Checkpoints the writer ran itself, and their time in all (µs).
+    pub checkpoints: AtomicU64,
+    pub checkpoint_us: AtomicU64,
     /// Emit-to-commit latency of every event (µs) and items per commit.
     pub histograms: Mutex<WriterHistograms>,
+}
+
+impl WriterStats {
+    pub(super) fn record_checkpoint(&self, took: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.checkpoints.fetch_add(1, Relaxed);
+        self.checkpoint_us
+            .fetch_add(took.as_micros().min(u64::MAX as u128) as u64, Relaxed);
+    }
 }
 
 /// Significant figures of the writers' histograms.
