@@ -951,14 +951,14 @@ fn a_shard_damaged_while_running_is_left_and_collection_goes_on_in_a_new_file() 
     emit_all(&data, "during", &during);
     wait_until("the shard's next file", || next.exists());
     let noticed_after = damaged_at.elapsed();
-    let log = read(&eventd.log);
-    assert!(
-        log.lines()
-            .any(|l| l.contains("this shard's events go to a new file")
+    // The line follows the new file by a moment (its indexes come first).
+    wait_until("the move logged", || {
+        read(&eventd.log).lines().any(|l| {
+            l.contains("this shard's events go to a new file")
                 && l.contains(&shard.display().to_string())
-                && l.contains(&next.display().to_string())),
-        "{log}"
-    );
+                && l.contains(&next.display().to_string())
+        })
+    });
 
     // Every event emitted from now on is found once, in the new file.
     let after = numbered("after noticing", 2000);
@@ -1035,14 +1035,24 @@ fn a_shard_file_cut_or_removed_while_running_is_given_up_for_a_new_one() {
         }
     };
     let before = fill_until_checkpointed(&data, &generation(1));
+    // The new file is made before the line is logged (its indexes and
+    // time map come first): the line may follow the file by a moment.
     let log_line = |file: &Path, why: &str, next: &Path| {
-        let log = read(&eventd.log);
-        assert!(
-            log.lines()
-                .any(|l| l.contains("this shard's events go to a new file")
+        let logged = |log: &str| {
+            log.lines().any(|l| {
+                l.contains("this shard's events go to a new file")
                     && l.contains(&format!("shard={}", file.display()))
                     && l.contains(why)
-                    && l.contains(&format!("new_file={}", next.display()))),
+                    && l.contains(&format!("new_file={}", next.display()))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !logged(&read(&eventd.log)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = read(&eventd.log);
+        assert!(
+            logged(&log),
             "{} should have moved on to {} ({why}):\n{log}",
             file.display(),
             next.display()
