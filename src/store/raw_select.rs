@@ -82,10 +82,30 @@ impl<'c> RawSelect<'c> {
         }
     }
 
-    fn column_type(&self, i: usize) -> c_int {
-        // SAFETY: the statement is live; an index out of range gives
-        // SQLITE_NULL, which the callers turn into an error or None.
-        unsafe { ffi::sqlite3_column_type(self.stmt.as_ptr(), i as c_int) }
+    /// Column `i` of the current row as SQLite holds it, to read its type
+    /// and value from without looking the column up again for each (every
+    /// `sqlite3_column_*` call looks it up and takes and leaves the
+    /// connection's mutex: about a tenth of an export's read, measured).
+    /// An index out of range gives SQLite's NULL value, which the callers
+    /// turn into an error or None.
+    fn value(&self, i: usize) -> Result<*mut ffi::sqlite3_value> {
+        // SAFETY: the statement is live. The value is SQLite's
+        // "unprotected" kind, which may be read with `sqlite3_value_*`
+        // where no other thread can use the connection meanwhile: this one
+        // is opened without SQLite's mutex and used by one thread (the
+        // statement is neither Send nor Sync). It stays valid until the
+        // next step, reset or finalize, none of which can happen while
+        // `&self` is held.
+        let v = unsafe { ffi::sqlite3_column_value(self.stmt.as_ptr(), i as c_int) };
+        if v.is_null() {
+            // Not done by SQLite today (a static NULL value stands in for
+            // a missing column); an error rather than a dereference.
+            return Err(Error::SqliteFailure(
+                ffi::Error::new(ffi::SQLITE_MISUSE),
+                Some(format!("column {i}: no value")),
+            ));
+        }
+        Ok(v)
     }
 
     fn mismatch(&self, i: usize, found: c_int) -> Error {
@@ -116,35 +136,36 @@ impl<'c> RawSelect<'c> {
 
 impl<'a> Columns<'a> for &'a RawSelect<'_> {
     fn int(&self, i: usize) -> Result<i64> {
-        match self.column_type(i) {
-            ffi::SQLITE_INTEGER => {
-                // SAFETY: the statement is live and on a row (the caller
-                // got true from `step` and holds `&self`, so no step since).
-                Ok(unsafe { ffi::sqlite3_column_int64(self.stmt.as_ptr(), i as c_int) })
-            }
+        let v = self.value(i)?;
+        // SAFETY: `v` is column `i` of the current row, readable while
+        // `&self` is held (see `value`).
+        match unsafe { ffi::sqlite3_value_type(v) } {
+            // SAFETY: as above; an integer value read as one.
+            ffi::SQLITE_INTEGER => Ok(unsafe { ffi::sqlite3_value_int64(v) }),
             other => Err(self.mismatch(i, other)),
         }
     }
 
     fn text(&self, i: usize) -> Result<Option<&'a str>> {
-        match self.column_type(i) {
+        let v = self.value(i)?;
+        // SAFETY: as in `int`.
+        match unsafe { ffi::sqlite3_value_type(v) } {
             ffi::SQLITE_NULL => Ok(None),
             ffi::SQLITE_TEXT => {
-                // SAFETY: the statement is on a row (as in `int`). The
-                // text pointer is fetched before its length, as SQLite
-                // asks; both stay valid until the next step, reset or
-                // finalize, none of which can happen while `&'a self` is
-                // held. A NULL pointer (out of memory) is an error, not a
-                // slice.
+                // SAFETY: `v` as in `int`. The text pointer is fetched
+                // before its length, as SQLite asks; both stay valid until
+                // the next step, reset or finalize, none of which can
+                // happen while `&'a self` is held. A NULL pointer (out of
+                // memory) is an error, not a slice.
                 let bytes = unsafe {
-                    let p = ffi::sqlite3_column_text(self.stmt.as_ptr(), i as c_int);
+                    let p = ffi::sqlite3_value_text(v);
                     if p.is_null() {
                         return Err(Error::SqliteFailure(
                             ffi::Error::new(ffi::SQLITE_NOMEM),
                             Some(format!("column {i}: no memory for its text")),
                         ));
                     }
-                    let n = ffi::sqlite3_column_bytes(self.stmt.as_ptr(), i as c_int);
+                    let n = ffi::sqlite3_value_bytes(v);
                     std::slice::from_raw_parts(p, n.max(0) as usize)
                 };
                 std::str::from_utf8(bytes)
