@@ -83,6 +83,8 @@ struct Ch {
     url: String,
     databases: usize,
     version: String,
+    /// Where the cluster runs, apart from everything else (`--cluster-cpus`).
+    split: Option<CpuSplit>,
 }
 
 impl Ch {
@@ -105,6 +107,7 @@ impl Ch {
             url,
             databases: 0,
             version,
+            split: None,
         })
     }
 
@@ -988,6 +991,96 @@ struct ExportReportFile<'a> {
     ingest: &'a [IngestFigures],
     lag: &'a LagFigures,
     batch_rows_choice: u64,
+    /// `--cluster-cpus`: the CPUs of ClickHouse and ZooKeeper, and of
+    /// everything else; both empty when all share every CPU.
+    cluster_cpus: Vec<u32>,
+    client_cpus: Vec<u32>,
+}
+
+/// `--cluster-cpus`: which CPUs the cluster runs on and which the rest.
+struct CpuSplit {
+    cluster: Vec<u32>,
+    client: Vec<u32>,
+}
+
+impl CpuSplit {
+    /// Fails unless every process of `pids` (the cluster's) may run on the
+    /// cluster's CPUs only, and this thread on the others only.
+    fn check(&self, pids: &[u32]) -> anyhow::Result<()> {
+        for pid in pids {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .with_context(|| format!("no Cpus_allowed_list in /proc/{pid}/status"))?;
+            let cpus = cpu_list(list.trim())?;
+            anyhow::ensure!(
+                cpus == self.cluster,
+                "--cluster-cpus: cluster process {pid} may run on {cpus:?}, not {:?}",
+                self.cluster
+            );
+        }
+        let own = crate::load::allowed_cpus();
+        anyhow::ensure!(
+            own == self.client,
+            "--cluster-cpus: the harness may run on {own:?}, not {:?}",
+            self.client
+        );
+        Ok(())
+    }
+
+    fn describe(split: Option<&CpuSplit>) -> String {
+        match split {
+            None => "the cluster, eventd and the bare loop share every CPU".to_string(),
+            Some(s) => format!(
+                "the cluster on CPUs {:?}, eventd, the bare loop and the load on {:?}",
+                s.cluster, s.client
+            ),
+        }
+    }
+}
+
+/// A CPU list as /proc/PID/status and taskset write it ("0-1,3"), sorted.
+fn cpu_list(text: &str) -> anyhow::Result<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u32, u32) = (lo.parse()?, hi.parse()?);
+        anyhow::ensure!(lo <= hi, "CPU list {text:?}: {part} runs backwards");
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// The split `--cluster-cpus` asks for, checked against the CPUs this
+/// process may use; None without the option.
+fn split_cpus(args: &Args) -> anyhow::Result<Option<CpuSplit>> {
+    if args.cluster_cpus.is_empty() {
+        return Ok(None);
+    }
+    let all = crate::load::allowed_cpus();
+    for c in &args.cluster_cpus {
+        anyhow::ensure!(
+            all.contains(c),
+            "--cluster-cpus: CPU {c} is not one this process may run on ({all:?})"
+        );
+    }
+    let client: Vec<u32> = all
+        .iter()
+        .filter(|c| !args.cluster_cpus.contains(c))
+        .copied()
+        .collect();
+    anyhow::ensure!(
+        !client.is_empty(),
+        "--cluster-cpus {:?} leaves no CPU for eventd and the bare loop",
+        args.cluster_cpus
+    );
+    let mut cluster = args.cluster_cpus.clone();
+    cluster.sort_unstable();
+    cluster.dedup();
+    Ok(Some(CpuSplit { cluster, client }))
 }
 
 /// The round of `format` at the default batch whose export / bare ratio is
@@ -1052,7 +1145,20 @@ pub(crate) fn run(
         args.replicas
     ));
     let t = Instant::now();
+    let split = split_cpus(args)?;
+    if let Some(s) = &split {
+        crate::load::run_on(&s.cluster).context("--cluster-cpus")?;
+    }
     let mut ch = Ch::start(args.replicas)?;
+    // Whatever this thread starts from here on (eventd, the bare loop's
+    // threads, producers) runs on the other CPUs.
+    if let Some(s) = &split {
+        crate::load::run_on(&s.client).context("--cluster-cpus")?;
+    }
+    if let Some(s) = &split {
+        s.check(&ch.pids())?;
+    }
+    ch.split = split;
     let host_shard = ch
         .client
         .text(&format!("SELECT cityHash64({}) % 2 + 1", quote(HOST)), &[])?
@@ -1061,12 +1167,13 @@ pub(crate) fn run(
     progress.suspend(|| {
         eprintln!(
             "[{:3.0} s] cluster: ClickHouse {} 2 shards × {} replicas and ZooKeeper in {} ({:.1} s); \
-             host {HOST} goes to shard {host_shard}",
+             host {HOST} goes to shard {host_shard}; {}",
             elapsed(),
             ch.version,
             args.replicas,
             ch.cluster.dir().display(),
-            t.elapsed().as_secs_f64()
+            t.elapsed().as_secs_f64(),
+            CpuSplit::describe(ch.split.as_ref())
         )
     });
     let filled = fill(&work, setup, sizes, args.rows, &progress)?;
@@ -1190,6 +1297,16 @@ pub(crate) fn run(
         ingest: &ingest,
         lag: &lag,
         batch_rows_choice: choice,
+        cluster_cpus: ch
+            .split
+            .as_ref()
+            .map(|s| s.cluster.clone())
+            .unwrap_or_default(),
+        client_cpus: ch
+            .split
+            .as_ref()
+            .map(|s| s.client.clone())
+            .unwrap_or_default(),
     };
     let json = args.results.join("export.json");
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
@@ -1236,12 +1353,13 @@ fn print_tables(
 ) {
     let machine = report::Machine::describe();
     println!(
-        "\n## export ({} CPUs, {}; ClickHouse {} 2 shards × {} replicas + ZooKeeper on the same \
-         CPUs; {} rows, messages of {} bytes; eventd {:?})\n",
+        "\n## export ({} CPUs, {}; ClickHouse {} 2 shards × {} replicas + ZooKeeper; {}; {} rows, \
+         messages of {} bytes; eventd {:?})\n",
         machine.cpus,
         machine.model,
         ch.version,
         ch.cluster.replicas(),
+        CpuSplit::describe(ch.split.as_ref()),
         filled.rows(),
         args.event_bytes,
         args.system
@@ -1383,4 +1501,19 @@ fn print_tables(
         "\nExportBatchRows by measurement: {choice} (the smallest RowBinary batch within 10 % \
          of the best export rate)"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_list;
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(cpu_list("0").unwrap(), [0]);
+        assert_eq!(cpu_list("0-3").unwrap(), [0, 1, 2, 3]);
+        assert_eq!(cpu_list("5,0-1,3").unwrap(), [0, 1, 3, 5]);
+        assert_eq!(cpu_list("").unwrap(), Vec::<u32>::new());
+        assert!(cpu_list("3-1").is_err());
+        assert!(cpu_list("x").is_err());
+    }
 }

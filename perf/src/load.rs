@@ -98,7 +98,13 @@ pub fn per_producer(mode: Mode, producers: usize) -> Option<u64> {
     }
 }
 
+/// Pins the calling thread to `cpu`, if this thread may run there at all:
+/// under a narrower affinity (the export scenario's `--cluster-cpus`, or
+/// `taskset`), a thread whose CPU is outside it stays where it may run.
 pub fn pin_to(cpu: u32) {
+    if !allowed_cpus().contains(&cpu) {
+        return;
+    }
     // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET;
     // sched_setaffinity(0, ..) applies to the calling thread only.
     unsafe {
@@ -107,6 +113,41 @@ pub fn pin_to(cpu: u32) {
         // Failing to pin (a restricted cpuset) only makes the load less even.
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
+}
+
+/// The CPUs the calling thread may run on (empty if that cannot be read).
+pub fn allowed_cpus() -> Vec<u32> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity(0, ..) fills it
+    // for the calling thread and CPU_ISSET only reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as u32)
+            .filter(|&c| libc::CPU_ISSET(c as usize, &set))
+            .collect()
+    }
+}
+
+/// Lets the calling thread (and the threads and processes it starts from
+/// now on, which inherit it) run on `cpus` only.
+pub fn run_on(cpus: &[u32]) -> std::io::Result<()> {
+    // SAFETY: as in pin_to; the set is filled only with CPUs below
+    // CPU_SETSIZE (checked), as CPU_SET requires.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as u32 {
+                return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            libc::CPU_SET(c as usize, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Emits into `rings`, in turn, until `stop` is set, keeping `counts`

@@ -98,6 +98,12 @@ pub(crate) struct Args {
     /// eventd's own).
     #[arg(long, default_value_t = eventd::config::EXPORT_NICE_DEFAULT as i32)]
     pub(crate) export_nice: i32,
+    /// CPUs the export scenario's ClickHouse servers and ZooKeeper run on
+    /// (default: all, shared with eventd and the bare loop); eventd, the
+    /// bare loop and the load then run on the other CPUs, as they would
+    /// beside a cluster on machines of its own.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) cluster_cpus: Vec<u32>,
     /// Rings the scale scenario attaches (simulated CPUs), in order.
     #[arg(long, value_delimiter = ',', default_value = "2,16,64,256")]
     pub(crate) scale_rings: Vec<u32>,

@@ -1,6 +1,7 @@
 //! Runs the harness's `export` scenario small (2 shards × 1 replica,
 //! 30,000 events, one batch size, 2 s phases) and checks its accounting:
-//! every row each run sent is in ClickHouse, and its outputs are there.
+//! every row each run sent is in ClickHouse, and its outputs are there;
+//! on two CPUs or more with the cluster on CPU 0 and the rest apart.
 //! Skipped (with the `apt-get install` line) where ClickHouse or ZooKeeper
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets
 //! it).
@@ -20,7 +21,16 @@ fn export_scenario_lands_every_row() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // With two CPUs or more the cluster gets CPU 0 and the rest the others
+    // (`--cluster-cpus`), which the harness checks against each process.
+    let split = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     let out = Command::new(env!("CARGO_BIN_EXE_eventd-perf"))
+        .args(
+            split
+                .then_some(["--cluster-cpus", "0"])
+                .into_iter()
+                .flatten(),
+        )
         .args([
             "export",
             "--rows",
@@ -70,6 +80,14 @@ fn export_scenario_lands_every_row() {
 
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("export.json")).unwrap()).unwrap();
+    if split {
+        assert_eq!(report["cluster_cpus"], serde_json::json!([0]), "{report}");
+        let client = report["client_cpus"].as_array().unwrap();
+        assert!(
+            !client.is_empty() && !client.contains(&serde_json::json!(0)),
+            "{report}"
+        );
+    }
     let pairs = report["pairs"].as_array().unwrap();
     // RowBinary at --batch-rows, JSONEachRow at the default.
     assert_eq!(pairs.len(), 2, "{report}");
