@@ -1154,8 +1154,6 @@ pub(crate) fn run(
     // threads, producers) runs on the other CPUs.
     if let Some(s) = &split {
         crate::load::run_on(&s.client).context("--cluster-cpus")?;
-    }
-    if let Some(s) = &split {
         s.check(&ch.pids())?;
     }
     ch.split = split;

@@ -100,9 +100,11 @@ pub fn per_producer(mode: Mode, producers: usize) -> Option<u64> {
 
 /// Pins the calling thread to `cpu`, if this thread may run there at all:
 /// under a narrower affinity (the export scenario's `--cluster-cpus`, or
-/// `taskset`), a thread whose CPU is outside it stays where it may run.
+/// `taskset`), a thread whose CPU is outside it stays where it may run
+/// (an affinity that cannot be read does not stop the pinning).
 pub fn pin_to(cpu: u32) {
-    if !allowed_cpus().contains(&cpu) {
+    let allowed = allowed_cpus();
+    if !allowed.is_empty() && !allowed.contains(&cpu) {
         return;
     }
     // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET;
