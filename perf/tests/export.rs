@@ -1,7 +1,7 @@
 //! Runs the harness's `export` scenario small (2 shards × 1 replica,
 //! 30,000 events, one batch size, 2 s phases) and checks its accounting:
 //! every row each run sent is in ClickHouse, and its outputs are there;
-//! on two CPUs or more with the cluster on CPU 0 and the rest apart.
+//! on two CPUs or more with the cluster on the first and the rest apart.
 //! Skipped (with the `apt-get install` line) where ClickHouse or ZooKeeper
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets
 //! it).
@@ -21,13 +21,15 @@ fn export_scenario_lands_every_row() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // With two CPUs or more the cluster gets CPU 0 and the rest the others
-    // (`--cluster-cpus`), which the harness checks against each process.
-    let split = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    // With two CPUs or more to run on, the cluster gets the first and the
+    // rest the others (`--cluster-cpus`), which the harness checks against
+    // each process.
+    let cpus = allowed_cpus();
+    let split = (cpus.len() >= 2).then(|| cpus[0]);
     let out = Command::new(env!("CARGO_BIN_EXE_eventd-perf"))
         .args(
             split
-                .then_some(["--cluster-cpus", "0"])
+                .map(|c| ["--cluster-cpus".to_string(), c.to_string()])
                 .into_iter()
                 .flatten(),
         )
@@ -80,11 +82,11 @@ fn export_scenario_lands_every_row() {
 
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("export.json")).unwrap()).unwrap();
-    if split {
-        assert_eq!(report["cluster_cpus"], serde_json::json!([0]), "{report}");
+    if let Some(c) = split {
+        assert_eq!(report["cluster_cpus"], serde_json::json!([c]), "{report}");
         let client = report["client_cpus"].as_array().unwrap();
         assert!(
-            !client.is_empty() && !client.contains(&serde_json::json!(0)),
+            !client.is_empty() && !client.contains(&serde_json::json!(c)),
             "{report}"
         );
     }
@@ -112,4 +114,25 @@ fn export_scenario_lands_every_row() {
             .unwrap()
             > 0.0
     );
+}
+
+/// The CPUs this process may run on, from /proc/self/status (empty if it
+/// cannot be read).
+fn allowed_cpus() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(list) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+    else {
+        return Vec::new();
+    };
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
+            cpus.extend(lo..=hi);
+        }
+    }
+    cpus.sort_unstable();
+    cpus
 }
