@@ -125,6 +125,18 @@ pub const PAGE_BYTES: i64 = 32 << 10;
 /// default), whatever the page size.
 const CHECKPOINT_BYTES: i64 = 1000 * 4096;
 
+/// The WAL file's size once it starts over after a complete checkpoint:
+/// twice the most it reaches while checkpoints keep up (the writer's own
+/// checkpoint runs right after the commit that takes it past four times
+/// [`CHECKPOINT_BYTES`]). A reader that holds one snapshot for long (an
+/// export thread at niceness 19 descheduled in the middle of a batch on a
+/// busy CPU) stops checkpoints from copying everything back, and the WAL
+/// grows meanwhile: 437 MB a file in a 10 s flat-out point with export on
+/// (docs/performance.md). Without a limit SQLite keeps the file that
+/// large after it starts over; with it, the first commit after the restart
+/// cuts the file back.
+pub const WAL_LIMIT_BYTES: i64 = 8 * CHECKPOINT_BYTES;
+
 /// All writers' page caches together, at most (KiB), once there are more
 /// than 4 of them (chosen with `eventd-perf scale`: at 256 shards, 64 MiB
 /// in all ingested as fast as 128 MiB within this machine's noise, 796k
@@ -158,6 +170,8 @@ pub fn size_writer_caches(writers: usize) {
 ///   commit and holds the writer up; at 4096 pages of 4 KiB the p99
 ///   emit-to-commit latency at half load was two to three times higher, for
 ///   about 4 % more throughput.
+/// - The WAL file is cut back to [`WAL_LIMIT_BYTES`] when it starts over
+///   after a reader held it long.
 /// - Page cache: 16 MiB per connection (10 % faster inserts than 2 MiB) up
 ///   to 4 writers, then [`WRITER_CACHE_TOTAL_KIB`] shared out (256 KiB, 8
 ///   pages, at 256 shards), so that the daemon's memory stays bounded
@@ -177,12 +191,50 @@ pub fn configure_writer(conn: &Connection) -> rusqlite::Result<()> {
         "wal_autocheckpoint",
         (CHECKPOINT_BYTES / page.max(512)).max(1),
     )?;
+    conn.pragma_update(None, "journal_size_limit", WAL_LIMIT_BYTES)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader that holds its snapshot while the writer commits lets the
+    /// WAL grow past the limit; once it lets go and a checkpoint copies
+    /// everything back, the next commit cuts the file back to the limit.
+    #[test]
+    fn a_wal_grown_behind_a_reader_is_cut_back_once_it_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard.db");
+        let w = Connection::open(&path).unwrap();
+        w.pragma_update(None, "page_size", PAGE_BYTES).unwrap();
+        configure_writer(&w).unwrap();
+        w.execute_batch("CREATE TABLE t (b BLOB); INSERT INTO t VALUES (1);")
+            .unwrap();
+        let r = Connection::open(&path).unwrap();
+        r.execute_batch("BEGIN").unwrap();
+        let _: i64 = r
+            .query_row("SELECT count(*) FROM t", [], |row| row.get(0))
+            .unwrap();
+        let wal = dir.path().join("shard.db-wal");
+        let wal_len = || std::fs::metadata(&wal).unwrap().len() as i64;
+        // 400 KB a row: 1.5 x the limit in all.
+        let rows = WAL_LIMIT_BYTES * 3 / 2 / 400_000 + 1;
+        for _ in 0..rows {
+            w.execute("INSERT INTO t VALUES (zeroblob(400000))", [])
+                .unwrap();
+        }
+        assert!(wal_len() > WAL_LIMIT_BYTES, "{} bytes", wal_len());
+        r.execute_batch("COMMIT").unwrap();
+        let (log, copied): (i64, i64) = w
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((row.get(1)?, row.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(log, copied, "the checkpoint copied everything back");
+        w.execute("INSERT INTO t VALUES (2)", []).unwrap();
+        assert!(wal_len() <= WAL_LIMIT_BYTES, "{} bytes", wal_len());
+    }
 
     #[test]
     fn writer_caches_share_a_bounded_total() {
