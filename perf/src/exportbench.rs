@@ -41,6 +41,7 @@ use eventd::export::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
 use eventd::export::source::{Encoding, ShardSource};
 use eventd::export::state::Table;
 use eventd::export::ExportReport;
+use eventd::rings::attach::parse_cpu_list;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -1013,7 +1014,8 @@ impl CpuSplit {
                 .lines()
                 .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
                 .with_context(|| format!("no Cpus_allowed_list in /proc/{pid}/status"))?;
-            let cpus = cpu_list(list.trim())?;
+            let cpus = parse_cpu_list(list.trim())
+                .with_context(|| format!("/proc/{pid}/status: Cpus_allowed_list {list:?}"))?;
             anyhow::ensure!(
                 cpus == self.cluster,
                 "--cluster-cpus: cluster process {pid} may run on {cpus:?}, not {:?}",
@@ -1038,20 +1040,6 @@ impl CpuSplit {
             ),
         }
     }
-}
-
-/// A CPU list as /proc/PID/status and taskset write it ("0-1,3"), sorted.
-fn cpu_list(text: &str) -> anyhow::Result<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').filter(|p| !p.is_empty()) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let (lo, hi): (u32, u32) = (lo.parse()?, hi.parse()?);
-        anyhow::ensure!(lo <= hi, "CPU list {text:?}: {part} runs backwards");
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
 }
 
 /// The split `--cluster-cpus` asks for, checked against the CPUs this
@@ -1499,19 +1487,4 @@ fn print_tables(
         "\nExportBatchRows by measurement: {choice} (the smallest RowBinary batch within 10 % \
          of the best export rate)"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cpu_list;
-
-    #[test]
-    fn cpu_lists_read_as_the_kernel_writes_them() {
-        assert_eq!(cpu_list("0").unwrap(), [0]);
-        assert_eq!(cpu_list("0-3").unwrap(), [0, 1, 2, 3]);
-        assert_eq!(cpu_list("5,0-1,3").unwrap(), [0, 1, 3, 5]);
-        assert_eq!(cpu_list("").unwrap(), Vec::<u32>::new());
-        assert!(cpu_list("3-1").is_err());
-        assert!(cpu_list("x").is_err());
-    }
 }

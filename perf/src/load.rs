@@ -107,14 +107,8 @@ pub fn pin_to(cpu: u32) {
     if !allowed.is_empty() && !allowed.contains(&cpu) {
         return;
     }
-    // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET;
-    // sched_setaffinity(0, ..) applies to the calling thread only.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        // Failing to pin (a restricted cpuset) only makes the load less even.
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    // Failing to pin (a restricted cpuset) only makes the load less even.
+    let _ = run_on(&[cpu]);
 }
 
 /// The CPUs the calling thread may run on (empty if that cannot be read).
@@ -135,8 +129,9 @@ pub fn allowed_cpus() -> Vec<u32> {
 /// Lets the calling thread (and the threads and processes it starts from
 /// now on, which inherit it) run on `cpus` only.
 pub fn run_on(cpus: &[u32]) -> std::io::Result<()> {
-    // SAFETY: as in pin_to; the set is filled only with CPUs below
-    // CPU_SETSIZE (checked), as CPU_SET requires.
+    // SAFETY: cpu_set_t is plain data, zeroed then filled by CPU_SET with
+    // CPUs below CPU_SETSIZE only (checked), as CPU_SET requires;
+    // sched_setaffinity(0, ..) applies to the calling thread only.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {

@@ -120,19 +120,9 @@ fn export_scenario_lands_every_row() {
 /// cannot be read).
 fn allowed_cpus() -> Vec<u32> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let Some(list) = status
+    status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-    else {
-        return Vec::new();
-    };
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
-            cpus.extend(lo..=hi);
-        }
-    }
-    cpus.sort_unstable();
-    cpus
+        .and_then(|list| eventd::rings::attach::parse_cpu_list(list.trim()))
+        .unwrap_or_default()
 }
