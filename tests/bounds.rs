@@ -207,23 +207,33 @@ fn gap_page(data: &Path, args: &[&str]) -> (Vec<(i64, u64, u64)>, Option<String>
     (gaps, token)
 }
 
-/// The largest resident size (KiB) of `cmd` while it ran, from wait4
-/// (which reaps it: `Child::wait` would not give its resource usage).
-#[allow(clippy::zombie_processes)]
+/// Runs `cmd` to its end under GNU time: its exit status and its own peak
+/// resident size (KiB). `wait4` on a child spawned from this process would
+/// not do: Linux carries the spawning process's resident size into the
+/// child's peak at exec, so the figure would be at least this test
+/// process's, which every test running beside this one moves. time forks
+/// from a process of about 1 MiB.
 fn max_rss_kib(cmd: &mut Command) -> (std::process::ExitStatus, i64) {
-    let child = cmd
+    let out = tempfile::NamedTempFile::new().unwrap();
+    let mut timed = Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M", "-o"])
+        .arg(out.path())
+        .arg(cmd.get_program());
+    timed.args(cmd.get_args());
+    let exit = timed
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut status = 0;
-    // SAFETY: all-zero is a valid rusage, which wait4 overwrites.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pid of our own unreaped child, valid out pointers.
-    let rc = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(rc, child.id() as i32);
-    use std::os::unix::process::ExitStatusExt;
-    (std::process::ExitStatus::from_raw(status), usage.ru_maxrss)
+        .status()
+        .expect("/usr/bin/time (Debian's package time; scripts/test-all installs it)");
+    let said = std::fs::read_to_string(out.path()).unwrap();
+    // The last line: time writes "Command exited with non-zero status" first.
+    let kib = said
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("/usr/bin/time wrote {said:?}"));
+    (exit, kib)
 }
 
 /// Many gaps: `--limit 1` pages hold one gap each and continue, the
@@ -450,7 +460,10 @@ fn a_connection_flood_on_the_query_socket_is_bounded() {
          query was {outcome} in {} ms",
         answered_in.as_millis()
     );
-    assert!(answered_in < Duration::from_secs(3), "{answered_in:?}");
+    // Bounds in this file leave room for a loaded CI machine (a test beside
+    // this one holds thousands of sockets too); what they catch is a query
+    // or scrape held up for as long as the flood lasts.
+    assert!(answered_in < Duration::from_secs(10), "{answered_in:?}");
     // Connection threads: MaxConcurrentQueries (8) + 4; one more for slack.
     assert!(
         threads_max <= threads_start + 8 + 4 + 1,
@@ -477,7 +490,7 @@ fn a_connection_flood_on_the_query_socket_is_bounded() {
         "{answer}"
     );
     assert!(
-        cut_after >= Duration::from_millis(9500) && cut_after < Duration::from_secs(13),
+        cut_after >= Duration::from_millis(9500) && cut_after < Duration::from_secs(20),
         "{cut_after:?}"
     );
     let mut rest = Vec::new();
@@ -572,9 +585,9 @@ fn a_connection_flood_on_the_metrics_listener_is_bounded() {
         rss_max = rss_max.max(status(pid, "VmRSS"));
         // A scrape now is answered or closed, within the deadline.
         let started = Instant::now();
-        let result = scrape(port, Duration::from_secs(8));
+        let result = scrape(port, Duration::from_secs(20));
         let took = started.elapsed();
-        assert!(took < Duration::from_secs(7), "a scrape took {took:?}");
+        assert!(took < Duration::from_secs(15), "a scrape took {took:?}");
         during.push(match result {
             Ok((line, _)) => format!("{line} in {} ms", took.as_millis()),
             Err(e) => format!("{e} in {} ms", took.as_millis()),
@@ -605,7 +618,7 @@ fn a_connection_flood_on_the_metrics_listener_is_bounded() {
             }
         }
         assert!(
-            flooded.elapsed() < Duration::from_secs(12),
+            flooded.elapsed() < Duration::from_secs(30),
             "no scrape answered while the flood was held"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -625,7 +638,7 @@ fn a_connection_flood_on_the_metrics_listener_is_bounded() {
             }
         }
         assert!(
-            started.elapsed() < Duration::from_secs(10),
+            started.elapsed() < Duration::from_secs(30),
             "no scrape answered after the flood"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -657,7 +670,7 @@ fn one_uid_gets_its_share_of_the_syslog_stream_socket() {
     assert_eq!(greedy.len(), 300);
     // The accept thread closes what is over the share as it goes.
     let held = || greedy.iter().filter(|s| !closed_by_peer(s)).count();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     while held() > 32 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }

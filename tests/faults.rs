@@ -132,6 +132,13 @@ fn emit_lines_on(data: &Path, cpu: usize, lines: &[String]) -> Output {
 /// Emits on `cpu` once every 100 ms (a new message each time) until an
 /// emit succeeds; fails if none did within `within` of `since`. Returns the
 /// message that was written and what the failed attempts said.
+/// How long a damaged ring may take to take emits again. A wedged ring is
+/// given up after two idle health checks (1-2.5 s), and each try is an
+/// `eventctl` process started on a CPU that a test beside this one may be
+/// flooding, so the bound leaves room for a loaded CI machine; the time it
+/// took is printed.
+const RECOVERY: Duration = Duration::from_secs(20);
+
 fn emit_until_ok(
     data: &Path,
     cpu: usize,
@@ -584,7 +591,16 @@ fn rings_truncated_under_the_daemon_and_its_producers_are_made_anew() {
     let mut feeders: Vec<Feeder> = (0..2)
         .map(|cpu| Feeder::start(&data, cpu, &format!("trunc{cpu}"), 5))
         .collect();
-    std::thread::sleep(Duration::from_secs(1));
+    // Both rings hold stored events before they go (each is to show two
+    // epochs at the end), however slowly the feeders start.
+    let fed_at = Instant::now();
+    while (0..2).any(|cpu| messages_of(&store, &format!("trunc{cpu}")).is_empty()) {
+        assert!(
+            fed_at.elapsed() < Duration::from_secs(60),
+            "the feeders' first events were not stored"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // A burst on cpu 0 just before the truncation, faster than the drain
     // reads, so that the ring goes while it holds events not read yet.
     let burst = {
@@ -716,7 +732,7 @@ fn a_ring_shrunk_to_half_or_replaced_by_another_file_is_made_anew() {
     let retry = |cpu: usize, tag: &'static str, since: Instant| {
         let data = data.clone();
         std::thread::spawn(move || {
-            let (ok, failures) = emit_until_ok(&data, cpu, tag, since, Duration::from_secs(5));
+            let (ok, failures) = emit_until_ok(&data, cpu, tag, since, RECOVERY);
             (ok, failures, since.elapsed())
         })
     };
@@ -824,8 +840,7 @@ fn a_scribbled_ring_does_not_stay_unusable(kind: Scribble) {
             "{first:?}"
         );
     }
-    let (message, failures) =
-        emit_until_ok(&data, 0, "retry", scribbled_at, Duration::from_secs(5));
+    let (message, failures) = emit_until_ok(&data, 0, "retry", scribbled_at, RECOVERY);
     let took = scribbled_at.elapsed();
     wait_for_message(&store, &message);
     assert_alive(&mut eventd);
@@ -854,13 +869,7 @@ fn a_scribbled_ring_does_not_stay_unusable(kind: Scribble) {
     }
     eventd.stop();
     let eventd = Eventd::start(&data, None);
-    let (after, _) = emit_until_ok(
-        &data,
-        0,
-        "after-restart",
-        Instant::now(),
-        Duration::from_secs(5),
-    );
+    let (after, _) = emit_until_ok(&data, 0, "after-restart", Instant::now(), RECOVERY);
     wait_for_message(&store, &after);
     eventd.stop();
     let found = check_sequences(&store);

@@ -470,7 +470,9 @@ fn access_limits_malformed_requests_and_follow() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("the follower's slot", || {
+        common::eventctl_json(&data, "stats")["stats"]["queries"]["running"] == 1
+    });
     emit(
         &data,
         "late",
@@ -492,7 +494,9 @@ fn access_limits_malformed_requests_and_follow() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("both follow slots taken", || {
+        common::eventctl_json(&data, "stats")["stats"]["queries"]["running"] == 2
+    });
     let out = eventctl(&data)
         .args(["query", "--limit", "1"])
         .output()

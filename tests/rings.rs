@@ -730,8 +730,10 @@ fn scribbled_ring_never_breaks_the_reader() {
             }
             None => reader.wait(Some(Duration::from_millis(1))),
         }
+        // Generous: the thread may be preempted by the tests beside it; a
+        // poll that spins on what it reads never returns at all.
         assert!(
-            t.elapsed() < Duration::from_secs(1),
+            t.elapsed() < Duration::from_secs(10),
             "one poll took {:?}",
             t.elapsed()
         );

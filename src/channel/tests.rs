@@ -206,14 +206,21 @@ fn last_sender_drop_wakes_sleeping_receiver() {
         while rx.recv_batch(8, |_, _| n += 1).is_ok() {}
         (n, rx.stats().receiver_sleeps)
     });
-    thread::sleep(Duration::from_millis(20));
+    // The receiver goes to sleep on the empty channel, takes the one event,
+    // and goes to sleep again; only then does the last sender go.
+    while tx.stats().receiver_sleeps == 0 {
+        thread::yield_now();
+    }
     tx.send(1, b"x").unwrap();
     drop(tx);
-    thread::sleep(Duration::from_millis(20));
+    while tx2.stats().receiver_sleeps < 2 {
+        thread::yield_now();
+    }
+    thread::sleep(Duration::from_millis(20)); // let it reach the futex
     drop(tx2);
     let (n, sleeps) = receiver.join().unwrap();
     assert_eq!(n, 1);
-    assert!(sleeps >= 1, "the receiver slept on the empty channel");
+    assert!(sleeps >= 2, "the receiver slept on the empty channel twice");
 }
 
 #[test]

@@ -43,7 +43,7 @@ pub struct DataDirLock {
     file: File,
     path: PathBuf,
     /// Locks of the store and KMES directories, held until drop.
-    _others: Vec<File>,
+    others: Vec<File>,
     pub previous: PreviousRun,
 }
 
@@ -124,7 +124,7 @@ impl DataDirLock {
         Ok(DataDirLock {
             file,
             path,
-            _others: locks,
+            others: locks,
             previous,
         })
     }
@@ -144,9 +144,17 @@ impl DataDirLock {
 
 impl Drop for DataDirLock {
     fn drop(&mut self) {
-        // A clean stop: the pid no longer runs eventd; the locks go with the
-        // descriptors.
+        // A clean stop: the pid no longer runs eventd.
         let _ = self.file.set_len(0);
+        // Unlock explicitly rather than leave it to the close: a child
+        // forked in this process while the locks were held keeps copies of
+        // their descriptors until its exec, and a lock lives while any copy
+        // does, so a daemon started right after this one stopped could be
+        // refused. An unlock releases it for every copy.
+        for file in std::iter::once(&self.file).chain(&self.others) {
+            // SAFETY: flock on a descriptor this lock owns; no memory involved.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+        }
     }
 }
 
@@ -197,5 +205,28 @@ mod tests {
         std::fs::write(other.path().join("eventd.pid"), "123 another-boot\n").unwrap();
         let lock = DataDirLock::acquire(other.path(), &[]).unwrap();
         assert_eq!(lock.previous, PreviousRun::KilledEarlierBoot);
+    }
+
+    /// Copies of the descriptors (what a child forked while the daemon ran
+    /// holds until its exec) do not keep the locks after a clean stop.
+    #[test]
+    fn a_stopped_daemon_leaves_its_locks_free_whatever_copies_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        let lock = DataDirLock::acquire(dir.path(), &[&store]).unwrap();
+        let copies: Vec<i32> = std::iter::once(&lock.file)
+            .chain(&lock.others)
+            // SAFETY: dup of descriptors the lock owns; closed below.
+            .map(|f| unsafe { libc::dup(f.as_raw_fd()) })
+            .collect();
+        assert!(copies.iter().all(|&fd| fd >= 0));
+        drop(lock);
+        let again = DataDirLock::acquire(dir.path(), &[&store]);
+        for fd in copies {
+            // SAFETY: closes a copy made above, which nothing else uses.
+            unsafe { libc::close(fd) };
+        }
+        assert!(again.is_ok(), "{}", again.err().unwrap());
     }
 }

@@ -18,7 +18,28 @@ use std::path::Path;
 /// A held writer lock (released when dropped).
 #[derive(Debug)]
 pub(crate) struct WriterLock {
-    _file: File,
+    file: File,
+}
+
+impl WriterLock {
+    /// Wraps `file`, on which this process has just taken an exclusive
+    /// `flock`.
+    pub(crate) fn holding(file: File) -> WriterLock {
+        WriterLock { file }
+    }
+}
+
+impl Drop for WriterLock {
+    /// Unlocks before the descriptor closes. Closing alone is not enough
+    /// when the program forks: a child forked while the lock was held has a
+    /// copy of the descriptor until its exec (or its exit), and the lock
+    /// lives as long as any copy, so another process opening the directory
+    /// right after this close would be refused. An explicit unlock releases
+    /// the lock for every copy at once.
+    fn drop(&mut self) {
+        // SAFETY: flock on a descriptor this lock owns; no memory involved.
+        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 /// Why the lock was not taken.
@@ -52,7 +73,7 @@ pub(crate) fn take(dir: &Path) -> Result<WriterLock, LockError> {
     }
     file.set_len(0).map_err(LockError::Io)?;
     write!(file, "pid {}", std::process::id()).map_err(LockError::Io)?;
-    Ok(WriterLock { _file: file })
+    Ok(WriterLock::holding(file))
 }
 
 /// What the state file says.
@@ -95,4 +116,27 @@ fn write_durably(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A copy of the lock's descriptor (what a child forked while the lock
+    /// was held has until its exec) does not keep the lock once the holder
+    /// drops it.
+    #[test]
+    fn a_dropped_lock_is_free_while_a_copy_of_its_descriptor_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = take(dir.path()).unwrap();
+        // SAFETY: dup of a descriptor the lock owns; the copy is closed below.
+        let copy = unsafe { libc::dup(lock.file.as_raw_fd()) };
+        assert!(copy >= 0);
+        assert!(matches!(take(dir.path()), Err(LockError::Held(_))));
+        drop(lock);
+        let again = take(dir.path());
+        // SAFETY: closes the copy made above, which nothing else uses.
+        unsafe { libc::close(copy) };
+        assert!(again.is_ok(), "{again:?}");
+    }
 }

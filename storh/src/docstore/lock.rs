@@ -5,7 +5,8 @@
 
 use super::files::write_durably;
 use super::{io, DocError, Result};
-use std::fs::{File, OpenOptions};
+use crate::writer_lock::WriterLock;
+use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -25,10 +26,10 @@ pub(super) struct Marker {
     pub(super) boot: Option<String>,
 }
 
-/// Takes the collection's lock, held for as long as the returned file is
-/// open, and writes who holds it; [`DocError::Locked`], naming the holder,
-/// if another open file description holds it already.
-pub(super) fn take(dir: &Path) -> Result<File> {
+/// Takes the collection's lock, held until the returned lock is dropped,
+/// and writes who holds it; [`DocError::Locked`], naming the holder, if
+/// another open file description holds it already.
+pub(super) fn take(dir: &Path) -> Result<WriterLock> {
     let lock_path = dir.join("lock");
     let mut lock = OpenOptions::new()
         .read(true)
@@ -58,7 +59,7 @@ pub(super) fn take(dir: &Path) -> Result<File> {
         std::time::SystemTime::now()
     );
     lock.write_all(holder.as_bytes()).map_err(io(&lock_path))?;
-    Ok(lock)
+    Ok(WriterLock::holding(lock))
 }
 
 /// Reads the state file a previous open left (a missing one counts as

@@ -116,7 +116,7 @@ pub struct Recovery {
 /// An open collection (the only writer while it is open).
 pub struct Collection {
     dir: PathBuf,
-    lock: File,
+    lock: crate::writer_lock::WriterLock,
     recovery: Recovery,
     /// Fields with a secondary index (from `indexes.json`).
     fields: Vec<String>,
