@@ -947,11 +947,15 @@ fn ingest(
             ch.drop_database(&db)?;
             progress.suspend(|| {
                 eprintln!(
-                    "[{:3.0} s] ingest, {label}: {:.0} events/s, lost {}, p99 {} µs",
+                    "[{:3.0} s] ingest, {label}: {:.0} events/s, lost {}, p99 {} µs, largest \
+                     WAL {:.0} MiB ({:.0} after the drain), export's WAL holds {:?}",
                     elapsed(),
                     o.events_per_s,
                     o.lost,
-                    o.latency_us_p99
+                    o.latency_us_p99,
+                    o.wal_peak_mib,
+                    o.wal_end_mib,
+                    o.export_wal_holds
                 )
             });
             outcomes.push(o);
@@ -1461,6 +1465,27 @@ fn print_tables(
             r.clickhouse_cpus_niced,
             r.exported_during_point,
             r.exported_during_niced_point
+        );
+    }
+    println!(
+        "\n| ingest round | p99 emit→commit off / on / niced (ms) | largest WAL file during \
+         the point off / on / niced (MiB) | after the drain (MiB) |"
+    );
+    println!("|---|---|---|---|");
+    for (i, r) in ingest.iter().enumerate() {
+        let [off, on, niced] = [&r.off, &r.on, &r.on_cluster_niced];
+        println!(
+            "| {} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} / {:.0} |",
+            i + 1,
+            off.latency_us_p99 as f64 / 1e3,
+            on.latency_us_p99 as f64 / 1e3,
+            niced.latency_us_p99 as f64 / 1e3,
+            off.wal_peak_mib,
+            on.wal_peak_mib,
+            niced.wal_peak_mib,
+            off.wal_end_mib,
+            on.wal_end_mib,
+            niced.wal_end_mib,
         );
     }
     println!(

@@ -73,6 +73,15 @@ pub struct Outcome {
     pub batch_items_p50: u64,
     pub batch_items_max: u64,
     pub peak_rss_mib: f64,
+    /// The largest shard `-wal` file seen during the load (sampled every
+    /// 250 ms), and the largest right after the drain (MiB): the writers'
+    /// checkpoints keep it near `schema::WAL_LIMIT_BYTES` unless a reader
+    /// holds it back.
+    pub wal_peak_mib: f64,
+    pub wal_end_mib: f64,
+    /// With export on: the times the exporter held its reads of a file so
+    /// that the file's WAL could start over (`export::walroom`).
+    pub export_wal_holds: Option<u64>,
     pub descriptors: usize,
     /// The channel capacity the point ran with.
     pub channel_slots: usize,
@@ -193,8 +202,10 @@ pub fn run_indexed(
     let rings = running.rings()?;
     let start = Instant::now();
     let producers = Producers::start(setup.producers, &rings, mode, sizes)?;
+    let mut wal_peak = 0u64;
     while start.elapsed() < duration {
         std::thread::sleep(Duration::from_millis(250));
+        wal_peak = wal_peak.max(largest_wal(&settings.store_dir));
         let (stored, _) = running.progress()?;
         let secs = start.elapsed().as_secs_f64();
         progress.set_message(format!(
@@ -219,6 +230,10 @@ pub fn run_indexed(
         std::thread::sleep(Duration::from_millis(5));
     };
     let drained_secs = start.elapsed().as_secs_f64();
+    let wal_end = largest_wal(&settings.store_dir);
+    let export_wal_holds = running
+        .export_report()?
+        .map(|r| r.shards.iter().map(|s| s.wal_holds).sum());
     let rings = {
         let n = rings.len();
         drop(rings);
@@ -278,12 +293,29 @@ pub fn run_indexed(
         batch_items_p50: finished.batch_items.value_at_quantile(0.5),
         batch_items_max: finished.batch_items.max(),
         peak_rss_mib: finished.peak_rss_mib,
+        wal_peak_mib: wal_peak.max(wal_end) as f64 / (1 << 20) as f64,
+        wal_end_mib: wal_end as f64 / (1 << 20) as f64,
+        export_wal_holds,
         descriptors: finished.descriptors,
         channel_slots: channel.slots,
         channel_bytes: channel.bytes,
         system: setup.system.clone(),
         producers: setup.producers,
     })
+}
+
+/// The size of the largest `-wal` file in `store` (bytes; 0 if none).
+fn largest_wal(store: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(store) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".db-wal"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The largest MaxConcurrentQueries (up to the configured one) whose

@@ -45,6 +45,7 @@ pub fn render(state: &DaemonState) -> String {
 /// The export stage, per shard file and table (nothing when export is
 /// off).
 fn export(e: &mut Exposition, state: &DaemonState) {
+    use crate::export::status::{SourceStatus, StreamStatus};
     let Some(status) = &state.export else {
         return;
     };
@@ -54,11 +55,11 @@ fn export(e: &mut Exposition, state: &DaemonState) {
     for s in &report.shards {
         for (table, st) in [("events", &s.events), ("gaps", &s.gaps)] {
             labels.push([("shard", s.file.clone()), ("table", table.to_string())]);
-            streams.push((st, s.failures));
+            streams.push((st, s));
         }
     }
-    type Value = fn(&crate::export::status::StreamStatus, u64) -> f64;
-    let families: [(&str, &str, Kind, Value); 9] = [
+    type Value = fn(&StreamStatus, &SourceStatus) -> f64;
+    let families: [(&str, &str, Kind, Value); 10] = [
         (
             "eventd_export_exported_through",
             "Every row with an id at or below this is in the cluster.",
@@ -111,14 +112,20 @@ fn export(e: &mut Exposition, state: &DaemonState) {
             "eventd_export_failures",
             "Failed sends and checks of the shard file in a row (0 when it exports).",
             Kind::Gauge,
-            |_, failures| failures as f64,
+            |_, s| s.failures as f64,
+        ),
+        (
+            "eventd_export_wal_holds_total",
+            "Times reads of the shard file were held to let its WAL start over.",
+            Kind::Counter,
+            |_, s| s.wal_holds as f64,
         ),
     ];
     for (name, help, kind, value) in families {
         let samples: Vec<(&[(&str, String)], f64)> = labels
             .iter()
             .zip(&streams)
-            .map(|(l, (st, failures))| (&l[..], value(st, *failures)))
+            .map(|(l, (st, source))| (&l[..], value(st, source)))
             .collect();
         e.family(name, help, kind, samples);
     }

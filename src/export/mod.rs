@@ -16,6 +16,7 @@
 //! - [`cluster`]: inserting through the Distributed tables, and asking
 //!   every replica what landed.
 //! - [`worker`]: the protocol, per file and table.
+//! - [`walroom`]: reads held while a shard's WAL waits to start over.
 //! - [`status`]: what `eventctl export status` and the metrics show.
 //! - [`init`]: the schema `eventctl export init` creates.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
@@ -29,6 +30,7 @@ pub mod init;
 pub mod source;
 pub mod state;
 pub mod status;
+pub mod walroom;
 pub mod worker;
 
 use crate::config::live::LiveConfig;

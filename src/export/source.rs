@@ -12,6 +12,18 @@ use crate::store::rows::{
 use rusqlite::{params, Connection};
 use std::path::{Path, PathBuf};
 
+/// The most events one statement reads, under one read snapshot: a batch
+/// is read in runs of this many, each a statement of its own. A snapshot
+/// holds the shard's WAL back (no checkpoint copies past it, and the WAL
+/// cannot start over while it lives); an export thread at niceness 19 on a
+/// CPU that ingestion keeps busy was seen to hold one for seconds, through
+/// hundreds of MB of WAL, when it read a 50,000-row batch in one. Between
+/// runs the caller may wait (see `walroom`). Rows are only ever added
+/// above the highest id, so the runs together are the rows one statement
+/// would have read (less any that retention deleted meanwhile, as with a
+/// later read).
+pub const RUN_ROWS: i64 = 1024;
+
 /// What names one row whatever file or id it has: see [`Batch::identities`].
 pub type Identity = (i64, u32, u64, u64);
 
@@ -211,6 +223,19 @@ impl ShardSource {
         limit: u64,
         encoding: Encoding<'_>,
     ) -> Result<Batch, SourceError> {
+        self.select_paced(table, range, limit, encoding, &mut || {})
+    }
+
+    /// [`Self::select`], calling `between` between two runs of
+    /// [`RUN_ROWS`] events, with no read snapshot open.
+    pub fn select_paced(
+        &self,
+        table: Table,
+        range: (i64, i64),
+        limit: u64,
+        encoding: Encoding<'_>,
+        between: &mut dyn FnMut(),
+    ) -> Result<Batch, SourceError> {
         let limit = limit.min(i64::MAX as u64) as i64;
         let mut batch = Batch {
             keys: Vec::new(),
@@ -218,7 +243,7 @@ impl ShardSource {
             body: Vec::with_capacity((limit.clamp(0, 1 << 16) as usize) * 256),
         };
         match table {
-            Table::Events => self.select_events(range, limit, encoding, &mut batch)?,
+            Table::Events => self.select_events(range, limit, encoding, &mut batch, between)?,
             Table::Gaps => self
                 .select_gaps(range, limit, encoding, &mut batch)
                 .map_err(|e| self.err(e))?,
@@ -228,24 +253,49 @@ impl ShardSource {
 
     /// Events, the bulk of every export: stepped through SQLite's C
     /// interface ([`RawSelect`]), which reads a batch in about four fifths
-    /// of the time rusqlite's rows take.
+    /// of the time rusqlite's rows take; in runs of [`RUN_ROWS`].
     fn select_events(
         &self,
-        (lo, hi): (i64, i64),
+        (mut lo, hi): (i64, i64),
         limit: i64,
         encoding: Encoding<'_>,
         batch: &mut Batch,
+        between: &mut dyn FnMut(),
     ) -> Result<(), SourceError> {
         let sql = format!(
             "SELECT {EVENT_COLUMNS}, id FROM events WHERE id BETWEEN ?1 AND ?2 ORDER BY id \
              LIMIT ?3"
         );
         let mut stmt = RawSelect::prepare(&self.conn, &sql).map_err(|e| self.err(e))?;
-        for (index, value) in [(1, lo), (2, hi), (3, limit)] {
-            stmt.bind_i64(index, value).map_err(|e| self.err(e))?;
+        let mut left = limit;
+        while left > 0 {
+            let run = left.min(RUN_ROWS);
+            for (index, value) in [(1, lo), (2, hi), (3, run)] {
+                stmt.bind_i64(index, value).map_err(|e| self.err(e))?;
+            }
+            let read = self.run_of_events(&mut stmt, encoding, batch)?;
+            stmt.reset();
+            left -= read;
+            match batch.last_id() {
+                Some(last) if read == run && left > 0 && last < hi => lo = last + 1,
+                _ => break,
+            }
+            between();
         }
+        Ok(())
+    }
+
+    /// The rows `stmt` (bound) gives, encoded into `batch`; how many.
+    fn run_of_events(
+        &self,
+        stmt: &mut RawSelect<'_>,
+        encoding: Encoding<'_>,
+        batch: &mut Batch,
+    ) -> Result<i64, SourceError> {
+        let mut read = 0;
         while stmt.step().map_err(|e| self.err(e))? {
-            let r = &stmt;
+            read += 1;
+            let r = &*stmt;
             let id = r.int(EVENT_COLUMN_COUNT).map_err(|e| self.err(e))?;
             let e = EventView::from_columns(r).map_err(|e| self.bad_event(r, id, e))?;
             let origin = Origin {
@@ -264,7 +314,7 @@ impl ShardSource {
                 order_time: e.ts,
             });
         }
-        Ok(())
+        Ok(read)
     }
 
     fn select_gaps(
@@ -309,7 +359,21 @@ impl ShardSource {
         max: u64,
         encoding: Encoding<'_>,
     ) -> Result<Batch, SourceError> {
-        self.select(table, (after.saturating_add(1), i64::MAX), max, encoding)
+        self.after_paced(table, after, max, encoding, &mut || {})
+    }
+
+    /// [`Self::after`], calling `between` between runs (see
+    /// [`Self::select_paced`]).
+    pub fn after_paced(
+        &self,
+        table: Table,
+        after: i64,
+        max: u64,
+        encoding: Encoding<'_>,
+        between: &mut dyn FnMut(),
+    ) -> Result<Batch, SourceError> {
+        let range = (after.saturating_add(1), i64::MAX);
+        self.select_paced(table, range, max, encoding, between)
     }
 
     /// The highest id of `table` (0 when empty).
@@ -457,5 +521,82 @@ mod tests {
                 Some((*times.iter().min().unwrap(), *times.iter().max().unwrap()))
             );
         }
+    }
+
+    /// A batch longer than a run is read in runs, each its own snapshot:
+    /// between them no reader holds the WAL (a checkpoint that must copy
+    /// all of it back succeeds there), rows committed meanwhile above the
+    /// batch's end do not change it, and the bytes are those of the same
+    /// rows read in pieces.
+    #[test]
+    fn a_long_batch_is_read_in_runs_with_no_snapshot_between_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = shard_path(dir.path(), 0);
+        let writer = open_shard(&path).unwrap();
+        let insert = |seq: i64| {
+            writer
+                .execute(
+                    crate::store::rows::INSERT_EVENT,
+                    params![
+                        seq,
+                        0,
+                        seq,
+                        9,
+                        10,
+                        11,
+                        0,
+                        6,
+                        "p",
+                        "n",
+                        "m".repeat(50),
+                        None::<String>
+                    ],
+                )
+                .unwrap();
+        };
+        let total = RUN_ROWS * 3;
+        for seq in 1..=total {
+            insert(seq);
+        }
+        let source = ShardSource::open(&path).unwrap();
+        let enc = Encoding {
+            format: Format::RowBinary,
+            host: "h",
+        };
+        let limit = (RUN_ROWS * 2 + RUN_ROWS / 2) as u64;
+        let mut betweens = 0;
+        let mut seq = total;
+        let paced = source
+            .after_paced(Table::Events, 0, limit, enc, &mut || {
+                betweens += 1;
+                // TRUNCATE must have every reader out of the WAL.
+                let (busy, log, copied): (i64, i64, i64) = writer
+                    .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    })
+                    .unwrap();
+                assert_eq!((busy, log, copied), (0, 0, 0), "a reader held the WAL");
+                seq += 1;
+                insert(seq);
+            })
+            .unwrap();
+        assert_eq!(betweens, 2);
+        assert_eq!(
+            (paced.len() as u64, paced.first_id(), paced.last_id()),
+            (limit, Some(1), Some(limit as i64))
+        );
+        let first = source.after(Table::Events, 0, 1000, enc).unwrap();
+        let rest = source
+            .after(Table::Events, 1000, limit - 1000, enc)
+            .unwrap();
+        assert_eq!([first.body(), rest.body()].concat(), paced.body());
+        // A batch that ends on a run's end: no wait after the last run.
+        let mut betweens = 0;
+        let exact = source
+            .after_paced(Table::Events, 0, RUN_ROWS as u64, enc, &mut || {
+                betweens += 1
+            })
+            .unwrap();
+        assert_eq!((exact.len() as i64, betweens), (RUN_ROWS, 0));
     }
 }

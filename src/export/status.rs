@@ -47,6 +47,10 @@ pub struct SourceStatus {
     pub gaps: StreamStatus,
     /// Failed sends and checks in a row (0 once one succeeds).
     pub failures: u64,
+    /// Times reads of the file were held to let its WAL start over
+    /// (`walroom`).
+    #[serde(default)]
+    pub wal_holds: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
     /// When it happened, ns since the Unix epoch.

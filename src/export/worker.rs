@@ -30,6 +30,7 @@ use super::format::Format;
 use super::source::{Batch, Encoding, Identity, ShardSource, SourceError};
 use super::state::{ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
+use super::walroom::WalRoom;
 use super::ExportSettings;
 use crate::config::live::LiveConfig;
 use crate::store::retention::{ExportFloors, Exported};
@@ -104,6 +105,8 @@ struct Source {
     /// The next batch of each table, read and encoded while the previous
     /// one was being sent (see [`Prefetched`]).
     prefetched: [Option<Prefetched>; 2],
+    /// Whether its WAL needs a moment without readers.
+    wal: WalRoom,
 }
 
 /// A batch read ahead: the rows after `after`, at most `batch_rows` of
@@ -389,9 +392,11 @@ impl ExportWorker {
             s.state = "starting".to_string();
         });
         tracing::info!(shard = %shard.path.display(), instance = %shard.instance, "export: file taken");
+        let wal = WalRoom::new(&shard.path, crate::store::schema::WAL_LIMIT_BYTES as u64);
         self.sources.insert(
             shard.path.clone(),
             Source {
+                wal,
                 shard,
                 reconciled: [false; 2],
                 waiting: [None; 2],
@@ -528,9 +533,15 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         .filter(|p| p.after == through && p.batch_rows == ctx.batch_rows);
     let mut rows = match ahead {
         Some(p) => p.batch,
-        None => source
-            .shard
-            .after(table, through, ctx.batch_rows, ctx.encoding())?,
+        None if !may_read(ctx, source) => return Ok(false),
+        None => read_paced(
+            ctx.status.clone(),
+            source,
+            table,
+            through,
+            ctx.batch_rows,
+            ctx.encoding(),
+        )?,
     };
     let Some(hi) = rows.last_id() else {
         return Ok(false);
@@ -559,7 +570,7 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     if !rows.is_empty() {
         // The next batch is read and encoded while this one is sent when
         // it will certainly be a full one.
-        let read_ahead = newest - hi >= ctx.batch_rows as i64;
+        let read_ahead = newest - hi >= ctx.batch_rows as i64 && may_read(ctx, source);
         let ahead = send_reading_ahead(ctx, source, table, &rows, read_ahead.then_some(hi))?;
         source.prefetched[slot(table)] = ahead;
     }
@@ -575,6 +586,43 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         st.rows_sent += rows.len() as u64;
     });
     Ok(true)
+}
+
+/// Whether a batch may be read from `source` now (see `walroom`); a new
+/// hold is counted in the status.
+fn may_read(ctx: &Ctx, source: &mut Source) -> bool {
+    let before = source.wal.holds();
+    let ok = source.wal.may_read(Instant::now());
+    count_holds(&ctx.status, source, before);
+    ok
+}
+
+/// The batch of `table` after `after`, read in runs with room left for the
+/// shard's WAL between them (see `walroom`).
+fn read_paced(
+    status: Arc<ExportStatus>,
+    source: &mut Source,
+    table: Table,
+    after: i64,
+    batch_rows: u64,
+    encoding: Encoding<'_>,
+) -> Result<Batch, SourceError> {
+    let before = source.wal.holds();
+    let wal = &mut source.wal;
+    let batch = source
+        .shard
+        .after_paced(table, after, batch_rows, encoding, &mut || {
+            wal.wait_for_room()
+        });
+    count_holds(&status, source, before);
+    batch
+}
+
+fn count_holds(status: &ExportStatus, source: &Source, before: u64) {
+    let holds = source.wal.holds();
+    if holds != before {
+        status.update(&source.shard.instance, |s| s.wal_holds = holds);
+    }
 }
 
 fn report_lag(
@@ -638,7 +686,7 @@ fn insert_names(ctx: &Ctx, shard: &ShardSource, table: Table, rows: &Batch) -> (
 /// again and says why.
 fn send_reading_ahead(
     ctx: &mut Ctx,
-    source: &Source,
+    source: &mut Source,
     table: Table,
     rows: &Batch,
     read_ahead: Option<i64>,
@@ -654,11 +702,9 @@ fn send_reading_ahead(
         host: &ctx.host,
     };
     let cluster = &mut ctx.cluster;
+    let status = ctx.status.clone();
     let read = || -> Option<Prefetched> {
-        let batch = source
-            .shard
-            .after(table, after, batch_rows, encoding)
-            .ok()?;
+        let batch = read_paced(status, source, table, after, batch_rows, encoding).ok()?;
         (batch.len() as u64 == batch_rows).then_some(Prefetched {
             after,
             batch_rows,

@@ -71,6 +71,15 @@ impl<'c> RawSelect<'c> {
         Ok(())
     }
 
+    /// Makes the statement ready to run again (bindings are kept), ending
+    /// the read transaction it may still hold. An error the last step
+    /// already returned is not returned again.
+    pub fn reset(&mut self) {
+        // SAFETY: the statement is live and not being stepped by anyone
+        // else (`&mut self`); the values of its last row end here.
+        unsafe { ffi::sqlite3_reset(self.stmt.as_ptr()) };
+    }
+
     /// Steps to the next row: true if there is one. Values borrowed from
     /// the previous row end here (`&mut self`).
     pub fn step(&mut self) -> Result<bool> {
