@@ -18,7 +18,11 @@
 //! goes on with its other files meanwhile). A file that stops
 //! growing meanwhile belongs to a writer with nothing to commit, which
 //! cannot start the WAL over: after [`STILL`] without growth the exporter
-//! reads again, and holds again only once the file grows.
+//! reads again, and holds again only once the file grows. A hold that
+//! lasted [`HOLD_MAX`] means another reader (a long query) keeps the WAL
+//! from starting over, which waiting longer would not change: the
+//! exporter then reads without holds for [`RESPITE`], so that such a
+//! reader costs the export at most a tenth of its time.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,6 +30,8 @@ use std::time::{Duration, Instant};
 /// The longest one hold lasts (another reader, a query, may be what keeps
 /// the WAL from starting over).
 pub const HOLD_MAX: Duration = Duration::from_secs(1);
+/// After a hold that lasted [`HOLD_MAX`], no new one for this long.
+pub const RESPITE: Duration = Duration::from_secs(10);
 /// A WAL file that has not grown for this long has an idle writer.
 pub const STILL: Duration = Duration::from_millis(200);
 /// How often a waiting reader looks at the file again.
@@ -53,8 +59,8 @@ enum State {
         grew: Instant,
     },
     /// A hold ended without the WAL starting over, with the file at `len`
-    /// bytes: no new hold until it grows past that.
-    Waived { len: u64 },
+    /// bytes: no new hold until it grows past that, nor before `until`.
+    Waived { len: u64, until: Instant },
 }
 
 impl WalRoom {
@@ -102,7 +108,7 @@ impl WalRoom {
                 self.hold(len, now);
                 false
             }
-            State::Waived { len: at } if len <= at => true,
+            State::Waived { len: at, until } if len <= at || now < until => true,
             State::Waived { .. } => {
                 self.hold(len, now);
                 false
@@ -113,8 +119,16 @@ impl WalRoom {
                 grew,
             } => {
                 let grew = if len != last { now } else { grew };
-                if now.duration_since(since) >= HOLD_MAX || now.duration_since(grew) >= STILL {
-                    self.state = State::Waived { len };
+                if now.duration_since(since) >= HOLD_MAX {
+                    // Not this exporter's doing: give it up for a while.
+                    self.state = State::Waived {
+                        len,
+                        until: now + RESPITE,
+                    };
+                    true
+                } else if now.duration_since(grew) >= STILL {
+                    // An idle writer: hold again once it writes.
+                    self.state = State::Waived { len, until: now };
                     true
                 } else {
                     self.state = State::Held { since, len, grew };
@@ -161,7 +175,8 @@ mod tests {
         assert!(!room.look(201, t + STILL + 20 * MS));
         assert_eq!(room.holds(), 3);
 
-        // Something else keeps the WAL from starting over: at most HOLD_MAX.
+        // Something else keeps the WAL from starting over: at most HOLD_MAX,
+        // then reads go on without a hold for RESPITE, however it grows.
         let mut room = WalRoom::new(Path::new("/nonexistent/shard-000.db"), 100);
         let mut len = 101;
         let mut now = t;
@@ -171,6 +186,15 @@ mod tests {
             assert!(now <= t + HOLD_MAX, "held past HOLD_MAX");
         }
         assert_eq!(now, t + HOLD_MAX);
+        let waived = now;
+        while now < waived + RESPITE {
+            len += 1000;
+            assert!(room.look(len, now), "held again within RESPITE");
+            now += 500 * MS;
+        }
+        assert!(!room.look(len + 1, now), "held again after RESPITE");
+        assert!(room.look(100, now + MS), "started over");
+        assert_eq!(room.holds(), 2);
     }
 
     /// A real shard file: a reader that holds its snapshot while the writer
