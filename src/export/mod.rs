@@ -147,7 +147,10 @@ pub enum ExportError {
 /// rings may commit the lost events again, under new ids, in any shard
 /// file, every row older than now (by `ts`, or a gap's `ts_before`) is
 /// then checked by its identity before it is sent: the time from which
-/// rows are new is returned. None when no file went back.
+/// rows are new is returned. It is kept in the state database, so that a
+/// restart before those rows were all sent checks them still (the files
+/// are no longer behind their cursors then); a later rewind moves it on.
+/// None when no file ever went back.
 fn rewind_rolled_back(store_dir: &Path, state_path: &Path) -> Result<Option<i64>, ExportError> {
     let mut state = state::ExportState::open(state_path)?;
     let mut rolled = false;
@@ -172,7 +175,10 @@ fn rewind_rolled_back(store_dir: &Path, state_path: &Path) -> Result<Option<i64>
             }
         }
     }
-    Ok(rolled.then(crate::rings::now_ns))
+    if rolled {
+        state.recheck_from(crate::rings::now_ns())?;
+    }
+    Ok(state.recheck_before()?)
 }
 
 impl Exporter {
@@ -258,5 +264,41 @@ impl Exporter {
     pub fn stop_and_join(&mut self, failures: &mut Vec<String>) {
         self.stop.stop();
         crate::threads::join_all(self.threads.drain(..), failures);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{open_shard, shard_path};
+
+    /// A file found behind its cursor sets the time before which rows are
+    /// checked by identity, and a later start, when the file is no longer
+    /// behind, still checks them.
+    #[test]
+    fn the_recheck_after_a_rollback_outlives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        let state_path = dir.path().join("state.db");
+        let path = shard_path(&store, 0);
+        drop(open_shard(&path).unwrap());
+        assert_eq!(rewind_rolled_back(&store, &state_path).unwrap(), None);
+
+        let instance = source::ShardSource::open(&path).unwrap().instance;
+        let mut state = state::ExportState::open(&state_path).unwrap();
+        state
+            .advance(&instance, state::Table::Events, "shard-000.db", 40)
+            .unwrap();
+        drop(state);
+        let before = crate::rings::now_ns();
+        let set = rewind_rolled_back(&store, &state_path).unwrap();
+        assert!(set.is_some_and(|t| t >= before), "{set:?}");
+        let state = state::ExportState::open(&state_path).unwrap();
+        let p = state.position(&instance, state::Table::Events).unwrap();
+        assert_eq!((p.exported_through, p.rolled_back_through), (0, 40));
+        drop(state);
+        // The next start: nothing behind any more, the time stays.
+        assert_eq!(rewind_rolled_back(&store, &state_path).unwrap(), set);
     }
 }

@@ -87,6 +87,10 @@ const SCHEMA: &str = "
         tbl TEXT NOT NULL,
         through INTEGER NOT NULL,         -- the cursor when the file was found behind it
         PRIMARY KEY (instance, tbl)
+    );
+    CREATE TABLE IF NOT EXISTS recheck (
+        one INTEGER PRIMARY KEY CHECK (one = 1),
+        before INTEGER NOT NULL           -- rows older than this (ns) are checked by identity
     );";
 
 /// One connection to the state database (each export worker has its own;
@@ -215,6 +219,29 @@ impl ExportState {
             )?;
             Ok(())
         })
+    }
+
+    /// Rows older than this (ns since the Unix epoch; an event's `ts`, a
+    /// gap's `ts_before`) are checked by identity before they are sent,
+    /// whichever file holds them: set when a file was found rolled back
+    /// (see `rewind_rolled_back` in mod.rs), kept across restarts.
+    pub fn recheck_before(&self) -> Result<Option<i64>, StateError> {
+        self.conn
+            .query_row("SELECT before FROM recheck WHERE one = 1", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Moves [`Self::recheck_before`] up to `time` (never back), durably.
+    pub fn recheck_from(&self, time: i64) -> Result<(), StateError> {
+        self.conn
+            .execute(
+                "INSERT INTO recheck (one, before) VALUES (1, ?1) \
+                 ON CONFLICT (one) DO UPDATE SET before = max(before, excluded.before)",
+                params![time],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
     }
 
     /// Records `intent` (replacing any earlier one), durably, before the
