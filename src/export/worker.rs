@@ -535,7 +535,7 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         Some(p) => p.batch,
         None if !may_read(ctx, source) => return Ok(false),
         None => read_paced(
-            ctx.status.clone(),
+            &ctx.status,
             source,
             table,
             through,
@@ -600,7 +600,7 @@ fn may_read(ctx: &Ctx, source: &mut Source) -> bool {
 /// The batch of `table` after `after`, read in runs with room left for the
 /// shard's WAL between them (see `walroom`).
 fn read_paced(
-    status: Arc<ExportStatus>,
+    status: &ExportStatus,
     source: &mut Source,
     table: Table,
     after: i64,
@@ -614,7 +614,7 @@ fn read_paced(
         .after_paced(table, after, batch_rows, encoding, &mut || {
             wal.wait_for_room()
         });
-    count_holds(&status, source, before);
+    count_holds(status, source, before);
     batch
 }
 
@@ -702,8 +702,8 @@ fn send_reading_ahead(
         host: &ctx.host,
     };
     let cluster = &mut ctx.cluster;
-    let status = ctx.status.clone();
-    let read = || -> Option<Prefetched> {
+    let status = &ctx.status;
+    let mut read = || -> Option<Prefetched> {
         let batch = read_paced(status, source, table, after, batch_rows, encoding).ok()?;
         (batch.len() as u64 == batch_rows).then_some(Prefetched {
             after,
