@@ -304,15 +304,13 @@ pub fn run_indexed(
     })
 }
 
-/// The size of the largest `-wal` file in `store` (bytes; 0 if none).
+/// The size of the largest shard's `-wal` file in `store` (bytes; 0 if
+/// none).
 fn largest_wal(store: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(store) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".db-wal"))
-        .filter_map(|e| e.metadata().ok())
+    eventd::store::list_databases(store)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|db| std::fs::metadata(eventd::store::side_file(db, "-wal")).ok())
         .map(|m| m.len())
         .max()
         .unwrap_or(0)

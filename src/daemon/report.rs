@@ -158,9 +158,7 @@ fn shards(state: &DaemonState, settings: &Settings) -> Value {
         .iter()
         .map(|p| {
             let size = |suffix: &str| {
-                let mut name = p.as_os_str().to_owned();
-                name.push(suffix);
-                std::fs::metadata(&name).map_or(0, |m| m.len())
+                std::fs::metadata(crate::store::side_file(p, suffix)).map_or(0, |m| m.len())
             };
             let events = crate::store::recovery::open_read_only(p).and_then(|c| {
                 c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))

@@ -195,9 +195,7 @@ impl Exporter {
         let state_path = dir.join("state.db");
         let recheck_before = rewind_rolled_back(&inputs.store_dir, &state_path)?;
         for suffix in ["", "-wal", "-shm"] {
-            let mut name = state_path.as_os_str().to_owned();
-            name.push(suffix);
-            let path = PathBuf::from(name);
+            let path = crate::store::side_file(&state_path, suffix);
             if path.exists() {
                 crate::access::files::set_mode_path(&path, file_mode)
                     .map_err(|source| ExportError::Mode { path, source })?;

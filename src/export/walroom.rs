@@ -66,10 +66,8 @@ enum State {
 impl WalRoom {
     /// The WAL of the shard database at `db`, held past `limit` bytes.
     pub fn new(db: &Path, limit: u64) -> WalRoom {
-        let mut wal = db.as_os_str().to_owned();
-        wal.push("-wal");
         WalRoom {
-            wal: PathBuf::from(wal),
+            wal: crate::store::side_file(db, "-wal"),
             limit,
             state: State::Open,
             holds: 0,

@@ -188,7 +188,7 @@ pub fn list_database_files(
 }
 
 /// `path` with `suffix` added to its name (`-wal`, `-shm`, `.new`, ...).
-pub(super) fn side_file(path: &Path, suffix: &str) -> PathBuf {
+pub fn side_file(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

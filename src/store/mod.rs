@@ -22,7 +22,7 @@ pub mod zones;
 pub use active::{open_shards, spawn_writers, ActiveFiles, WriterHandle, Writers};
 pub use files::{
     damage_marker, list_database_files, list_databases, next_shard_path, record_damage,
-    recorded_damage, recorded_damages, shard_generation_path, shard_path,
+    recorded_damage, recorded_damages, shard_generation_path, shard_path, side_file,
 };
 pub use health::{Damaged, StoreHealth};
 pub use open::{check_structure, migrate_historical, open_historical, open_shard, open_shard_with};
