@@ -903,6 +903,215 @@ fn a_retired_mark_written_by_a_producer_does_not_turn_producers_away_for_good() 
 }
 
 // ---------------------------------------------------------------------------
+// 4b. Scribbled page words, and rings replaced under a producer while eventd
+// was stopped: what a producer was told went in is stored or counted.
+
+/// What a feeder's `eventctl emit --stdin` reported at its end: how many of
+/// its lines it was told were not written (each refused before it got a
+/// sequence number: the ring was gone, retired or busy).
+fn not_written(status: ExitStatus, said: &str) -> u64 {
+    if status.success() {
+        return 0;
+    }
+    assert_eq!(status.code(), Some(1), "{said}");
+    said.split(" of ")
+        .next()
+        .and_then(|n| n.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {said:?}"))
+}
+
+/// Events of `provider` stored, and the events lost on `cpu` as the gap
+/// rows count them (every reason, every epoch).
+fn stored_and_lost(store: &Path, provider: &str, cpu: i64) -> (u64, u64) {
+    let stored = messages_of(store, provider).len() as u64;
+    let lost = sum_query(
+        store,
+        &format!("SELECT coalesce(sum(lost), 0) FROM gaps WHERE cpu = {cpu}"),
+    ) as u64;
+    (stored, lost)
+}
+
+/// The crash-exact promise for one feeder that was the only producer on
+/// `cpu`: once it has stopped, every line it was told went in is stored once
+/// or counted in a gap (waited for, as the drain catches up), and the
+/// sequences of every epoch are covered exactly once. Stops `eventd`.
+fn assert_every_line_accounted(
+    eventd: Eventd,
+    store: &Path,
+    feeder: Feeder,
+    tag: &str,
+    cpu: i64,
+) -> Sequences {
+    let (sent, status, said) = feeder.finish();
+    let refused = not_written(status, &said);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut stored, mut lost) = stored_and_lost(store, tag, cpu);
+    while stored + lost < sent - refused && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        (stored, lost) = stored_and_lost(store, tag, cpu);
+    }
+    eventd.stop();
+    let found = check_sequences(store);
+    (stored, lost) = stored_and_lost(store, tag, cpu);
+    eprintln!(
+        "{tag}: fed {sent}, refused {refused} ({said:?}), stored {stored}, lost in gaps {lost}; \
+         {found:?}"
+    );
+    assert_eq!(
+        sent - refused,
+        stored + lost,
+        "{tag}: lines told written ({sent} - {refused}) must be stored ({stored}) or counted \
+         ({lost})"
+    );
+    found
+}
+
+/// Moves the first sequence number in page `ticket`'s meta word by `delta`,
+/// keeping the page number: producers go on stamping records from it.
+fn shift_meta_seq(ring: &RingFile, ticket: u64, delta: i64) -> (u64, u64) {
+    const SEQ_MASK: u64 = (1 << 40) - 1;
+    let index = ring.meta_index(ticket);
+    let old = ring.word(index);
+    let new = (old & !SEQ_MASK) | (old.wrapping_add_signed(delta) & SEQ_MASK);
+    ring.set(index, new);
+    (old, new)
+}
+
+/// Waits until the feeder's lines are being stored (again): one more than
+/// `at_least`.
+fn wait_for_more(store: &Path, tag: &str, at_least: usize) {
+    wait_until(&format!("more than {at_least} {tag} events stored"), || {
+        messages_of(store, tag).len() > at_least
+    });
+}
+
+/// An 8-byte write into the meta word of the page producers are filling,
+/// once while eventd runs and once while it is stopped: the page's first
+/// sequence number moved (back by 100, then on by 5,000), so producers
+/// stamp records that repeat or skip sequence numbers. eventd must find it
+/// (naming the ring and the page), give the ring up, count what it held as
+/// a gap, and producers must go on without a restart: every line a producer
+/// was told went in is stored or counted, and no sequence number is stored
+/// twice.
+#[test]
+fn a_scribbled_meta_word_is_found_named_and_its_cost_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = data.join("store");
+    let eventd = Eventd::start(&data, None);
+    let feeder = Feeder::start(&data, 0, "metascribble", 2);
+    wait_for_more(&store, "metascribble", 100);
+    let ring = RingFile::open(&ring_path(&data, 0));
+    let front = Reserve::unpack(ring.word(H_RESERVE)).ticket;
+    let (old, new) = shift_meta_seq(&ring, front, -100);
+    wait_until("the scribbled ring given up", || {
+        read(&eventd.log).contains("was scribbled")
+    });
+    let log = read(&eventd.log);
+    let slot = front & 255;
+    assert!(
+        log.contains(&format!("page {slot} (ticket {front})")) && log.contains("cpu-000.ring"),
+        "the log names the ring and the page ({old:#x} -> {new:#x}):\n{log}"
+    );
+    let so_far = messages_of(&store, "metascribble").len();
+    wait_for_more(&store, "metascribble", so_far);
+    // The same while eventd is stopped: the producer goes on writing into
+    // the ring, and the restarted daemon finds the scribble there.
+    eventd.stop();
+    let ring = RingFile::open(&ring_path(&data, 0));
+    std::thread::sleep(Duration::from_millis(300));
+    let front = Reserve::unpack(ring.word(H_RESERVE)).ticket;
+    shift_meta_seq(&ring, front, 5_000);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut eventd = Eventd::start(&data, None);
+    wait_until(
+        "the ring scribbled while eventd was stopped given up",
+        || read(&eventd.log).contains("was scribbled"),
+    );
+    let so_far = messages_of(&store, "metascribble").len();
+    wait_for_more(&store, "metascribble", so_far);
+    assert_alive(&mut eventd);
+    let replacements = count(&ring_stats(&data, 0)["replacements"]);
+    assert!(replacements >= 1, "{}", ring_stats(&data, 0));
+    let found = assert_every_line_accounted(eventd, &store, feeder, "metascribble", 0);
+    assert!(found.epochs_of(0) >= 3, "two replacements: {found:?}");
+    assert!(found.lost("ring_lost") > 0, "{found:?}");
+}
+
+/// How a ring goes from under a producer while eventd is stopped.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    /// Its header is scribbled, so the starting daemon moves it aside as
+    /// `cpu-000.ring.bad` and makes a new one.
+    MovedAside,
+    /// The operator empties the KMES directory.
+    Removed,
+}
+
+/// A producer that runs across a restart of eventd in which its ring was
+/// replaced: it must notice, and every line it was told went in is stored or
+/// counted, including those it wrote into the old ring after eventd last
+/// read it (the producer that notices first reports them).
+fn a_producer_across_a_restart_that_replaced_its_ring(taken: Taken) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = data.join("store");
+    let tag = format!("{taken:?}").to_lowercase();
+    let eventd = Eventd::start(&data, None);
+    let feeder = Feeder::start(&data, 0, &tag, 2);
+    wait_for_more(&store, &tag, 100);
+    eventd.stop();
+    // Lines written while eventd is stopped stay in the ring.
+    std::thread::sleep(Duration::from_millis(300));
+    let path = ring_path(&data, 0);
+    match taken {
+        Taken::MovedAside => RingFile::open(&path).set(H_MAGIC, u64::from_le_bytes(*b"SCRIBBLE")),
+        Taken::Removed => {
+            for entry in std::fs::read_dir(data.join("kmes")).unwrap() {
+                let p = entry.unwrap().path();
+                if p.extension().is_some_and(|x| x == "ring") {
+                    std::fs::remove_file(p).unwrap();
+                }
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut eventd = Eventd::start(&data, None);
+    let so_far = messages_of(&store, &tag).len();
+    wait_for_more(&store, &tag, so_far);
+    // A second on the new ring, then the producer stops.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_alive(&mut eventd);
+    let log_path = eventd.log.clone();
+    let found = assert_every_line_accounted(eventd, &store, feeder, &tag, 0);
+    let log = read(&log_path);
+    let reports = messages_of(&store, "eventd")
+        .into_iter()
+        .filter(|m| m.contains("was replaced while producers still wrote into it"))
+        .count();
+    if matches!(taken, Taken::MovedAside) {
+        assert!(path.with_extension("ring.bad").exists());
+    }
+    assert_eq!(reports, 1, "one report of the old ring:\n{log}");
+    assert!(found.epochs_of(0) >= 2, "{found:?}");
+    assert!(
+        log.contains("a producer reports a ring that was replaced"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_producer_whose_ring_was_moved_aside_while_eventd_was_stopped_loses_nothing_uncounted() {
+    a_producer_across_a_restart_that_replaced_its_ring(Taken::MovedAside);
+}
+
+#[test]
+fn a_producer_whose_ring_was_removed_while_eventd_was_stopped_loses_nothing_uncounted() {
+    a_producer_across_a_restart_that_replaced_its_ring(Taken::Removed);
+}
+
+// ---------------------------------------------------------------------------
 // 5 and 6. Syslog senders against a full store disk and a flood.
 
 /// Fills the filesystem `path` is on by writing zeros into it until no

@@ -4,18 +4,23 @@
 //! [`HEALTH_EVERY_EVENTS`] events while it is busy: the ring's file must
 //! still be the one mapped and whole, its header must still say what it
 //! said at creation (a scribbled header is written back, so producers can
-//! open the ring), and producers must be able to reserve (refusals with no
-//! reservation moving mean a scribble wedged the reserve or meta words). A
-//! ring found truncated, removed, replaced or wedged is given up: producers
-//! are told (the RETIRED mark), a new ring with a new epoch is made in its
-//! place, and what the old one held unread is recorded as a `ring_lost` gap
-//! (as far as its words still tell). So a ring never stays unusable.
+//! open the ring), a RETIRED mark on it must be undone (with the file still
+//! at its name no producer had a reason to set it), and producers must be
+//! able to reserve (refusals with no reservation moving mean a scribble
+//! wedged the reserve or meta words). The reader, for its part, stops at a
+//! page word it finds impossible (a [`Scribble`]) and the drain acts on it
+//! at once. A ring found truncated, removed, replaced, wedged, stuck or
+//! scribbled is given up: it is retired (producers are turned away and what
+//! it holds is frozen), a new ring with a new epoch is made in its place,
+//! and what the old one held unread is counted ([`Ring::unread`]) and
+//! recorded as a `ring_lost` gap. So a ring never stays unusable, and its
+//! loss is counted once.
 
 use super::CommittedRuns;
 use super::{DrainError, DrainThread};
 use crate::access::Mode;
 use crate::rings::format::Geometry;
-use crate::rings::{FileState, Gap, LossReason, ReadPosition, Ring, RingReader};
+use crate::rings::{FileState, Gap, LossReason, ReadPosition, Ring, RingReader, Scribble};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -48,21 +53,33 @@ pub struct RingMaker {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trouble {
     File(FileState),
-    Wedged,
+    /// Producers cannot reserve; the page they cannot open, if its meta
+    /// word is what stops them.
+    Wedged(Option<Scribble>),
     Stuck,
+    Scribbled(Scribble),
 }
 
 impl Trouble {
-    fn describe(self) -> &'static str {
+    fn describe(self) -> String {
         match self {
-            Trouble::File(FileState::Removed) => "its file was removed",
-            Trouble::File(FileState::Replaced) => "another file was put at its name",
-            Trouble::File(FileState::Shrunk) => "its file was truncated under eventd",
-            Trouble::File(FileState::Intact) => "its file is intact",
-            Trouble::Wedged => {
-                "producers cannot reserve in it (its reserve or page words were scribbled)"
+            Trouble::File(FileState::Removed) => "its file was removed".into(),
+            Trouble::File(FileState::Replaced) => "another file was put at its name".into(),
+            Trouble::File(FileState::Shrunk) => "its file was truncated under eventd".into(),
+            Trouble::File(FileState::Intact) => "its file is intact".into(),
+            Trouble::Wedged(None) => {
+                "producers cannot reserve in it (its reserve or page words were scribbled)".into()
             }
-            Trouble::Stuck => "its reader cannot move on (its page words were scribbled)",
+            Trouble::Wedged(Some(s)) => format!(
+                "producers cannot reserve in it: the meta word of page {} (ticket {}) is \
+                 {:#018x}, which {}",
+                s.slot, s.ticket, s.meta_word, s.what
+            ),
+            Trouble::Stuck => "its reader cannot move on (its page words were scribbled)".into(),
+            Trouble::Scribbled(s) => format!(
+                "the meta word of page {} (ticket {}) was scribbled: it is {:#018x}, and {}",
+                s.slot, s.ticket, s.meta_word, s.what
+            ),
         }
     }
 }
@@ -125,7 +142,21 @@ impl DrainThread {
                     "ring header was scribbled; written back"
                 );
             }
-            trouble = self.producers_trouble(&ring, idle);
+            if self.reader.unretire() {
+                self.out
+                    .stats
+                    .header_repairs
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    ring = %ring.path().display(),
+                    "a RETIRED mark on a ring still in use was undone (a scribble: its file is \
+                     still at its name); the page it named is closed instead"
+                );
+            }
+            trouble = match self.reader.scribble() {
+                Some(s) => Some(Trouble::Scribbled(s)),
+                None => self.producers_trouble(&ring, idle),
+            };
         }
         let page_first = self.reader.position().next_seq;
         if let Some(last) = ring
@@ -168,7 +199,7 @@ impl DrainThread {
                 );
             }
             if !moved {
-                return Some(Trouble::Wedged);
+                return Some(Trouble::Wedged(ring.unopenable_page()));
             }
         }
         let behind = crate::rings::format::ticket_distance(
@@ -183,10 +214,19 @@ impl DrainThread {
         (self.health.stuck >= STUCK_CHECKS).then_some(Trouble::Stuck)
     }
 
-    /// Gives the ring up (see the module docs): producers are told, a new
-    /// ring takes its place, its loss is recorded. If the new ring cannot
-    /// be made (a full disk), the old one stays in use and the next check
-    /// tries again.
+    /// Acts on an impossible page word the reader stopped at, if it found
+    /// one: the ring is given up at once (at most once a second).
+    pub(super) fn check_scribble(&mut self) -> Result<(), DrainError> {
+        match self.reader.scribble() {
+            Some(s) => self.replace_ring(Trouble::Scribbled(s)),
+            None => Ok(()),
+        }
+    }
+
+    /// Gives the ring up (see the module docs): it is retired, a new ring
+    /// takes its place, its loss is counted and recorded. If the new ring
+    /// cannot be made (a full disk), the old one stays in use and the next
+    /// check tries again.
     fn replace_ring(&mut self, why: Trouble) -> Result<(), DrainError> {
         if self
             .health
@@ -198,36 +238,60 @@ impl DrainThread {
         self.health.last_replaced = Some(Instant::now());
         let old = self.ring.clone();
         let m = self.maker.clone();
-        let new = match Ring::create_replacing(&m.path, m.geometry, m.cpu, m.mode) {
+        // Retired before the new ring is at the name: from the mark on, what
+        // the old ring holds is frozen, and a producer that opens the name
+        // right after gets the new ring.
+        let mut retired = false;
+        let new = match Ring::create_replacing(&m.path, m.geometry, m.cpu, m.mode, || {
+            retired = old.retire();
+        }) {
             Ok(ring) => Arc::new(ring),
             Err(e) => {
+                if retired {
+                    self.reader.unretire();
+                }
                 tracing::error!(
                     ring = %m.path.display(),
-                    why = why.describe(),
+                    why = %why.describe(),
                     error = %e,
                     "ring unusable and a new one cannot be made; trying again shortly"
                 );
                 return Ok(());
             }
         };
-        old.retire();
         let position = self.reader.position();
-        let lost_to = self.health.front_last_seq;
-        if lost_to >= position.next_seq {
+        // What the old ring held past the reader: counted from its frozen
+        // words (whoever retired it), or, if its memory is gone (a
+        // truncated file), as far as its words said at the last check.
+        let (lost, exact) = if old.faulted() {
+            let last = self.health.front_last_seq;
+            (
+                last.saturating_sub(position.next_seq.saturating_sub(1)),
+                false,
+            )
+        } else {
+            let unread = old.unread(position);
+            (unread.records, unread.exact)
+        };
+        if lost > 0 {
             let gap = Gap {
                 from_seq: position.next_seq,
-                to_seq: lost_to,
+                to_seq: position.next_seq.saturating_add(lost - 1),
                 reason: LossReason::RingLost,
             };
             self.out.send_gap(gap, position)?;
         }
+        let through = position.next_seq.saturating_add(lost).saturating_sub(1);
+        self.out.orphans.replaced(old.epoch(), through);
         tracing::error!(
             ring = %m.path.display(),
-            why = why.describe(),
+            why = %why.describe(),
             old_epoch = %format_args!("{:016x}", old.epoch()),
             new_epoch = %format_args!("{:016x}", new.epoch()),
-            lost_at_least = lost_to.saturating_sub(position.next_seq.saturating_sub(1)),
-            "ring given up and made anew; producers reopen it"
+            lost,
+            exact,
+            "ring given up and made anew; producers reopen it; what it held unread is \
+             recorded as a ring_lost gap (exact=false: at least that many)"
         );
         self.out.stats.replacements.fetch_add(1, Ordering::Relaxed);
         self.trackers[self.out.ordinal as usize].begin_epoch(new.epoch());

@@ -14,6 +14,7 @@
 
 mod handoff;
 mod health;
+mod orphans;
 mod plan;
 pub mod spawn;
 mod tracker;
@@ -22,12 +23,14 @@ pub use handoff::{payload_len, split_payload, write_payload, Handoff, Kind};
 pub use health::{RingMaker, HEALTH_INTERVAL};
 
 use health::{Health, HEALTH_EVERY_EVENTS};
+use orphans::Orphans;
 pub use plan::RingPlan;
 pub use spawn::{spawn_drains, DrainSpec, Drains};
 pub use tracker::{CommitTracker, CommittedRuns};
 
 use crate::channel::{SendError, Sender};
 use crate::rings::drops::{DropReport, Drops};
+use crate::rings::orphan::{OrphanReport, ORPHAN_PROVIDER};
 use crate::rings::{CurrentRing, Event, Gap, LossReason, ReadPosition, Ring, RingItem, RingReader};
 use crate::routing::StripeRouter;
 use std::convert::Infallible;
@@ -103,6 +106,8 @@ struct Outbound {
     /// For eventd's own syslog ring: the count of messages dropped before
     /// they reached it, reported into it when it has room.
     drops: Option<Arc<Drops>>,
+    /// Earlier rings of this CPU, for producers' reports of them.
+    orphans: Orphans,
 }
 
 /// Why a drain stopped early.
@@ -145,6 +150,7 @@ impl DrainThread {
                 last_ts_ns: 0,
                 stats: parts.stats,
                 drops: parts.drops,
+                orphans: Orphans::new(plan),
             },
             ring,
             reader,
@@ -174,6 +180,7 @@ impl DrainThread {
                 self.check_health(false)?;
             }
             let Some((item, after)) = self.reader.poll_with_position() else {
+                self.check_scribble()?;
                 if self.health.due() {
                     since_check = 0;
                     self.check_health(true)?;
@@ -229,6 +236,19 @@ impl Outbound {
         event: &Event<'_>,
         after: ReadPosition,
     ) -> Result<(), DrainError> {
+        // A producer's report of a ring replaced under it (see
+        // `rings::orphan`): the old ring's losses go first, as gaps of its
+        // epoch, then the report is stored as the event it also is. Read
+        // again after a crash, it adds only the gaps not committed then
+        // (the old ring's receipts say which). Not on the syslog ring,
+        // which no producer writes.
+        if self.drops.is_none() && event.provider == ORPHAN_PROVIDER {
+            if let Some(report) = OrphanReport::parse(event).filter(|r| r.cpu == self.cpu) {
+                for gap in self.orphans.gaps(&report, self.epoch) {
+                    self.send_old_gap(report.epoch, gap)?;
+                }
+            }
+        }
         if !self.skip.is_empty() && self.skip.contains(seq) {
             self.stats.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -290,6 +310,21 @@ impl Outbound {
             send(&self.senders, shard, self.cpu, header)?;
             self.stats.lost.fetch_add(piece.count(), Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// Hands over `gap` of ring epoch `epoch`, an earlier ring of this CPU
+    /// that nothing reads any more (its receipt's position is only the
+    /// sequence after the gap: no reader resumes there).
+    fn send_old_gap(&mut self, epoch: u64, gap: Gap) -> Result<(), DrainError> {
+        let shard = self.router.next_shard();
+        let after = ReadPosition {
+            next_seq: gap.to_seq.saturating_add(1),
+            ..ReadPosition::START
+        };
+        let header = Handoff::gap(self.ordinal, self.cpu, epoch, gap, self.last_ts_ns).after(after);
+        send(&self.senders, shard, self.cpu, header)?;
+        self.stats.lost.fetch_add(gap.count(), Ordering::Relaxed);
         Ok(())
     }
 

@@ -17,6 +17,12 @@ pub struct RingPlan {
     pub committed_through: u64,
     /// Committed runs above `committed_through`.
     pub above: Vec<(u64, u64)>,
+    /// For a ring with nothing committed yet: the epoch of the ring that
+    /// was at its name before (the latest other epoch of its cpu in the
+    /// receipts) and that epoch's plan. A producer that still wrote into
+    /// that ring reports how far it got (see `rings::orphan`); the plan says
+    /// which of its sequence numbers are stored already.
+    pub predecessor: Option<(u64, Box<RingPlan>)>,
 }
 
 impl RingPlan {
@@ -25,6 +31,7 @@ impl RingPlan {
         resume: ReadPosition::START,
         committed_through: 0,
         above: Vec::new(),
+        predecessor: None,
     };
 
     pub fn committed_runs(&self) -> CommittedRuns {

@@ -5,10 +5,11 @@
 //! ([`Emitter`]).
 
 use super::format::{Geometry, PAGE_SIZE_DEFAULT, RING_BYTES_DEFAULT};
-use super::{EmitError, Event, Ring, RingError};
+use super::orphan::OrphanReport;
+use super::{EmitError, Event, FileState, Ring, RingError};
 use crate::access::files::Found;
 use crate::access::Mode;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -273,6 +274,13 @@ const REOPEN_INTERVAL_MS: u64 = 100;
 /// Rings one thread keeps at hand (see `CACHE`): a thread that moves
 /// between more CPUs than this takes a lock now and then.
 const CACHE_ENTRIES_MAX: usize = 8;
+/// A thread looks at the name of a ring it emits into (is that file still
+/// the one it writes into?) when its events' timestamps have moved this far
+/// since it last looked, or after this many events, whichever comes first:
+/// one `stat` per thread and ring a tenth of a second at most, no system
+/// call on the path of an event otherwise. See [`super::orphan`].
+const IDENTITY_CHECK_NS: i64 = 100_000_000;
+const IDENTITY_CHECK_EVENTS: u32 = 1 << 16;
 
 /// The producer side for programs: emits into the ring of the CPU the calling
 /// thread runs on, opening rings on first use, and again when the daemon
@@ -291,6 +299,9 @@ struct Slot {
     ring: Mutex<Option<Arc<Ring>>>,
     /// When the ring was last opened (ms, `sync` clock).
     opened_ms: AtomicU64,
+    /// A report of a ring this process claimed (see [`super::orphan`]), to
+    /// be written into the ring that replaced it as soon as there is one.
+    report: Mutex<Option<OrphanReport>>,
 }
 
 /// A ring a thread emitted into last on one CPU: emits take it from here
@@ -301,6 +312,27 @@ struct Cached {
     cpu: u32,
     generation: u64,
     ring: Arc<Ring>,
+    /// Event time of this thread's last look at the ring's name, and events
+    /// emitted since (see [`IDENTITY_CHECK_NS`]).
+    checked_ns: Cell<i64>,
+    since_check: Cell<u32>,
+}
+
+impl Cached {
+    /// Counts an event at `ts_ns`; whether it is time to look at the
+    /// ring's name again (and if so, starts the count over).
+    fn identity_check_due(&self, ts_ns: i64) -> bool {
+        let since = self.since_check.get().saturating_add(1);
+        let due = since >= IDENTITY_CHECK_EVENTS
+            || ts_ns.abs_diff(self.checked_ns.get()) >= IDENTITY_CHECK_NS as u64;
+        if due {
+            self.checked_ns.set(ts_ns);
+            self.since_check.set(0);
+        } else {
+            self.since_check.set(since);
+        }
+        due
+    }
 }
 
 thread_local! {
@@ -334,6 +366,7 @@ impl Emitter {
                     generation: AtomicU64::new(0),
                     ring: Mutex::new(None),
                     opened_ms: AtomicU64::new(0),
+                    report: Mutex::new(None),
                 })
                 .collect(),
         })
@@ -345,11 +378,11 @@ impl Emitter {
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         let cpu = u32::try_from(cpu).unwrap_or(0);
-        let (generation, result) = self.on_ring(cpu, |ring| ring.emit(event))?;
+        let (generation, result) = self.on_ring(cpu, event.ts_ns, |ring| ring.emit(event))?;
         match result {
             Err(EmitError::Gone) => {
                 self.reopen(cpu, generation)?;
-                self.on_ring(cpu, |ring| ring.emit(event))?.1?;
+                self.on_ring(cpu, event.ts_ns, |ring| ring.emit(event))?.1?;
             }
             other => other?,
         }
@@ -360,6 +393,64 @@ impl Emitter {
     pub fn ring(&self, cpu: u32) -> Result<Arc<Ring>, EmitRingError> {
         let slot = self.slot(cpu)?;
         Ok(self.current(cpu, slot)?.1)
+    }
+
+    /// Whether `ring` (this emitter's ring of `cpu` at `generation`) is
+    /// still the file at its name. If another file is there, or none, the
+    /// ring was taken from under this process: claim it (see
+    /// [`super::orphan`]), keep the report of it for its successor, and
+    /// open the successor if there is one. Also writes a report still
+    /// waiting into the current ring.
+    fn still_at_its_name(&self, cpu: u32, generation: u64, ring: &Arc<Ring>) -> bool {
+        let Ok(slot) = self.slot(cpu) else {
+            return true;
+        };
+        match ring.file_state() {
+            FileState::Removed | FileState::Replaced => {}
+            // A shrunk file faults the mapping; the emit then says `Gone`.
+            FileState::Intact | FileState::Shrunk => {
+                self.write_report(slot, ring);
+                return true;
+            }
+        }
+        if ring.retire() {
+            // Our claim: the front is frozen now; read it with the sequence
+            // the daemon's reader last published as the reference for its
+            // upper bits.
+            let reference = ring.published_read_position().next_seq.max(1);
+            let last_seq = ring.front_last_seq(reference).unwrap_or(reference - 1);
+            *lock(&slot.report) = Some(OrphanReport {
+                epoch: ring.epoch(),
+                cpu,
+                last_seq,
+            });
+        }
+        // Opens the ring now at the name (and writes the report into it),
+        // unless another thread did, or it was tried a moment ago: then the
+        // next emit finds the old ring retired and tries again.
+        let _ = self.reopen(cpu, generation);
+        false
+    }
+
+    /// Writes the report `slot` keeps (if any) into `ring`, the ring now at
+    /// the name; kept for the next try if the ring refuses it.
+    fn write_report(&self, slot: &Slot, ring: &Ring) {
+        let mut pending = lock(&slot.report);
+        let Some(report) = *pending else {
+            return;
+        };
+        if report.epoch == ring.epoch() {
+            return;
+        }
+        // SAFETY: getpid, gettid and getuid have no preconditions.
+        let ids = unsafe { (libc::getpid() as u32, libc::gettid() as u32, libc::getuid()) };
+        let (message, fields) = (report.message(), report.fields());
+        if ring
+            .emit(&report.event(super::now_ns(), ids, &message, &fields))
+            .is_ok()
+        {
+            *pending = None;
+        }
     }
 
     fn slot(&self, cpu: u32) -> Result<&Slot, EmitRingError> {
@@ -378,7 +469,14 @@ impl Emitter {
     /// Runs `f` on the ring of `cpu`: from this thread's cache when it is
     /// current, else from the slot (opening the ring if needed), which then
     /// goes into the cache. Returns the generation `f` ran on.
-    fn on_ring<R>(&self, cpu: u32, f: impl FnOnce(&Ring) -> R) -> Result<(u64, R), EmitRingError> {
+    /// `ts_ns` is the event's time, which paces the look at the ring's name
+    /// (see [`IDENTITY_CHECK_NS`]).
+    fn on_ring<R>(
+        &self,
+        cpu: u32,
+        ts_ns: i64,
+        f: impl FnOnce(&Ring) -> R,
+    ) -> Result<(u64, R), EmitRingError> {
         let slot = self.slot(cpu)?;
         // Acquire: pairs with the Release bump in `store`, so the cached
         // ring of this generation is the one stored with it.
@@ -390,6 +488,13 @@ impl Emitter {
                 let entry = cache
                     .iter()
                     .find(|e| e.emitter == self.id && e.cpu == cpu && e.generation == generation)?;
+                if entry.identity_check_due(ts_ns)
+                    && !self.still_at_its_name(cpu, generation, &entry.ring)
+                {
+                    // The slot has moved on (or will at the next try): take
+                    // its ring below, as on a miss.
+                    return None;
+                }
                 // `f` is still there: this is the only place before the
                 // miss path that takes it.
                 let f = f.take()?;
@@ -417,6 +522,8 @@ impl Emitter {
                     cpu,
                     generation,
                     ring,
+                    checked_ns: Cell::new(ts_ns),
+                    since_check: Cell::new(0),
                 });
             }
         });
@@ -454,6 +561,7 @@ impl Emitter {
         // file that stays broken is tried again at most this often.
         slot.opened_ms.store(now, Ordering::Relaxed);
         let opened = self.open_ring(cpu)?;
+        self.write_report(slot, &opened);
         *ring = Some(opened);
         store(slot);
         Ok(())

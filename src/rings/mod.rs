@@ -19,14 +19,18 @@ pub mod format;
 #[cfg(not(loom))]
 pub mod guard;
 mod memory;
+#[cfg(not(loom))]
+pub mod orphan;
 pub mod producer;
 pub mod reader;
+mod unread;
 
 #[cfg(not(loom))]
 pub use attach::{online_cpus, AttachedRing, CurrentRing, Emitter, KmesDir, SYSLOG_RING_CPU};
 pub use event::{Event, Level};
 pub use producer::EmitError;
-pub use reader::{Gap, LossReason, ReadPosition, RingItem, RingReader};
+pub use reader::{Gap, LossReason, ReadPosition, RingItem, RingReader, Scribble};
+pub use unread::Unread;
 
 use crate::sync::Ordering;
 use format::*;
@@ -132,6 +136,12 @@ impl Ring {
         self.cpu
     }
 
+    /// When the ring was made (ns since the Unix epoch, from its header).
+    #[cfg(not(loom))]
+    pub fn created_ns(&self) -> u64 {
+        self.created_ns
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -170,35 +180,49 @@ impl Ring {
         self.mem.guarded()
     }
 
-    /// Tells producers this ring is given up (the daemon replaced it): their
-    /// next reservation fails with [`EmitError::Gone`] and an [`Emitter`]
-    /// opens the ring's file again. Bounded; a no-op on a faulted mapping.
-    pub fn retire(&self) {
+    /// Tells producers this ring is given up: their next reservation fails
+    /// with [`EmitError::Gone`] and an [`Emitter`] opens the ring's file
+    /// again. The mark keeps the front page's ticket and count, so what the
+    /// ring holds is frozen from then on ([`Ring::unread`] counts it).
+    ///
+    /// Returns whether this call set the mark. Whoever sets it accounts for
+    /// the ring's unread events, exactly once: the daemon when it replaces a
+    /// ring, or a producer that finds the ring's file gone from under it
+    /// (see [`Emitter`]). `false` if the ring was retired already, its
+    /// mapping faulted, or the word would not settle (bounded).
+    pub fn retire(&self) -> bool {
         if self.mem.faulted() {
-            return;
+            return false;
         }
         let reserve = self.mem.word(H_RESERVE);
-        // Relaxed: a first guess, validated by the CAS.
-        let mut current = reserve.load(Ordering::Relaxed);
+        // Acquire: the count the mark freezes is read with the words the
+        // reservations published (the reader of `unread` loads them after).
+        let mut current = reserve.load(Ordering::Acquire);
         for _ in 0..1000 {
+            let w = Reserve::unpack(current);
+            if w.offset == Reserve::RETIRED {
+                return false;
+            }
             let retired = Reserve {
                 offset: Reserve::RETIRED,
-                ..Reserve::unpack(current)
+                ..w
             }
             .pack();
-            // Relaxed: nothing is published with the mark; producers only
-            // need to see it eventually (a reservation made before it is
-            // lost with the ring, which the daemon counts).
+            // AcqRel: Acquire as above; Release so that a producer that sees
+            // the mark and counts the ring's contents sees the words as the
+            // claimant left them. A reservation made before the mark is
+            // inside the frozen count.
             match reserve.compare_exchange_weak(
                 current,
                 retired,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
+                Ordering::AcqRel,
+                Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => return true,
                 Err(actual) => current = actual,
             }
         }
+        false
     }
 
     /// The header's identity words as written at creation, if the header
@@ -259,6 +283,38 @@ impl Ring {
         seq_from_low(meta.first_seq_low, page_first)?
             .checked_add(u64::from(w.count))?
             .checked_sub(1)
+    }
+
+    /// The page producers cannot open, if a meta word is what stops them
+    /// (for the daemon's log of a wedged ring): the front page's own meta
+    /// word naming another page, or, with the front page closed, its
+    /// successor's naming neither that page's previous lap nor the next.
+    pub fn unopenable_page(&self) -> Option<Scribble> {
+        let g = self.geometry;
+        let w = Reserve::unpack(self.reserve_word());
+        // Relaxed: read for the log; nothing is read through them.
+        let meta_word = |t: u64| self.mem.word(g.meta_index(t)).load(Ordering::Relaxed);
+        let scribble = |ticket: u64, what| Scribble {
+            ticket,
+            slot: ticket & (g.page_count as u64 - 1),
+            meta_word: meta_word(ticket),
+            what,
+        };
+        if !Meta::unpack(meta_word(w.ticket)).holds(w.ticket) {
+            return Some(scribble(
+                w.ticket,
+                "it names another page than the one producers reserve in",
+            ));
+        }
+        let next = (w.ticket + 1) & TICKET_MASK;
+        let previous = next.wrapping_sub(g.page_count as u64) & TICKET_MASK;
+        let found = Meta::unpack(meta_word(next));
+        (w.closed() && !found.holds(previous) && !found.holds(next)).then(|| {
+            scribble(
+                next,
+                "it names neither the page's previous lap nor the next one",
+            )
+        })
     }
 
     /// Events producers refused before they got a sequence number (so no
@@ -368,19 +424,22 @@ impl Ring {
         cpu: u32,
         mode: crate::access::Mode,
     ) -> Result<Ring, RingError> {
-        Self::build(path, geometry, cpu, mode, false)
+        Self::build(path, geometry, cpu, mode, None)
     }
 
     /// Makes a new ring (a new epoch) at `path`, replacing the file there in
     /// one rename: producers that open the name from now on get the new one.
+    /// `before_rename` runs once the new ring is ready, right before the
+    /// rename (the daemon retires the old ring there).
     #[cfg(not(loom))]
     pub fn create_replacing(
         path: &Path,
         geometry: Geometry,
         cpu: u32,
         mode: crate::access::Mode,
+        before_rename: impl FnOnce(),
     ) -> Result<Ring, RingError> {
-        Self::build(path, geometry, cpu, mode, true)
+        Self::build(path, geometry, cpu, mode, Some(Box::new(before_rename)))
     }
 
     #[cfg(not(loom))]
@@ -389,7 +448,7 @@ impl Ring {
         geometry: Geometry,
         cpu: u32,
         mode: crate::access::Mode,
-        replace: bool,
+        replace: Option<Box<dyn FnOnce() + '_>>,
     ) -> Result<Ring, RingError> {
         use std::os::unix::fs::OpenOptionsExt;
         use std::sync::atomic::AtomicU64;
@@ -422,7 +481,8 @@ impl Ring {
             let mem = RingMemory::map(&file, bytes).map_err(io)?;
             Ring::initialize(&mem, geometry, cpu, random_u64(), now_ns() as u64);
             file.sync_all().map_err(io)?;
-            if replace {
+            if let Some(before_rename) = replace {
+                before_rename();
                 std::fs::rename(&tmp, path).map_err(io)?;
             } else {
                 // Fails if another process created the ring first.

@@ -16,7 +16,7 @@ use super::StoreHealth;
 use crate::drain::RingPlan;
 use crate::rings::ReadPosition;
 use crate::rings::Ring;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -122,6 +122,36 @@ impl ReceiptReader {
         })
     }
 
+    /// The epoch of `cpu`'s ring other than `epoch` that committed last
+    /// before `before_ns` (the time ring `epoch` was made, plus a margin
+    /// for the old ring's last items, committed just after): an index walk
+    /// back from that time, which meets the ring before soon if there was
+    /// one, and otherwise only the receipts of the store's first moments.
+    pub fn latest_other_epoch(&mut self, cpu: u32, epoch: u64, before_ns: i64) -> Option<u64> {
+        let mut latest: Option<(i64, i64)> = None;
+        for (path, conn) in &self.shards {
+            let found = conn
+                .query_row(
+                    "SELECT committed_at, ring_epoch FROM receipts INDEXED BY receipts_committed_at \
+                     WHERE committed_at <= ?3 AND cpu = ?1 AND ring_epoch != ?2 \
+                     ORDER BY committed_at DESC LIMIT 1",
+                    [i64::from(cpu), epoch as i64, before_ns],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+                )
+                .optional();
+            match found {
+                Ok(Some(f)) if latest.is_none_or(|l| f.0 > l.0) => latest = Some(f),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    database = %path.display(),
+                    error = %e,
+                    "cannot look up the ring before this one in the receipts"
+                ),
+            }
+        }
+        latest.map(|(_, e)| e as u64)
+    }
+
     fn runs_from(&mut self, epoch: i64, from: u64) -> Result<Vec<Receipt>, (usize, StoreError)> {
         let mut runs = Vec::new();
         let sql = format!(
@@ -174,9 +204,12 @@ pub fn plan_rings(
     }
     let mut plans = Vec::with_capacity(rings.len());
     for ring in rings {
-        let (plan, failed) = receipts.plan(ring.epoch());
+        let (mut plan, failed) = receipts.plan(ring.epoch());
         for e in failed {
             tracing::error!(error = %e, "receipts left out of recovery");
+        }
+        if ring.cpu() != crate::rings::SYSLOG_RING_CPU {
+            plan.predecessor = predecessor(&mut receipts, ring, plan == RingPlan::FRESH);
         }
         tracing::info!(
             cpu = ring.cpu(),
@@ -191,6 +224,44 @@ pub fn plan_rings(
         plans.push(plan);
     }
     plans
+}
+
+/// Receipts of a ring's predecessor may be committed this long after the
+/// ring was made (its last items were still on their way to the writers).
+const PREDECESSOR_MARGIN_NS: i64 = 10_000_000_000;
+
+/// The ring that was at `ring`'s name before it, as the receipts know it,
+/// with its plan. Looked up for every ring, not only new ones: a
+/// producer's report of it (see `rings::orphan`) may be read again after a
+/// crash, and this plan then holds the gaps the first reading committed.
+/// `fresh` (nothing of `ring` committed yet: it is new) also says it in the
+/// log, since what was written into the old ring after its last receipt is
+/// lost unless a producer still writing into it reports how far it got.
+fn predecessor(
+    receipts: &mut ReceiptReader,
+    ring: &Ring,
+    fresh: bool,
+) -> Option<(u64, Box<RingPlan>)> {
+    let before = (ring.created_ns() as i64).saturating_add(PREDECESSOR_MARGIN_NS);
+    let epoch = receipts.latest_other_epoch(ring.cpu(), ring.epoch(), before)?;
+    let (plan, failed) = receipts.plan(epoch);
+    for e in failed {
+        tracing::error!(error = %e, "receipts left out of recovery");
+    }
+    if !fresh {
+        return Some((epoch, Box::new(plan)));
+    }
+    tracing::warn!(
+        cpu = ring.cpu(),
+        ring = %ring.path().display(),
+        epoch = %format_args!("{:016x}", ring.epoch()),
+        previous_epoch = %format_args!("{epoch:016x}"),
+        committed_through = plan.committed_through,
+        "ring is new: the ring at its name before was not found; what was written into it \
+         after sequence number committed_through is recorded as lost when a producer that \
+         still wrote into it reports how far it got"
+    );
+    Some((epoch, Box::new(plan)))
 }
 
 /// Merges `runs` upward from `watermark`. `None` if no run ends at the
@@ -222,6 +293,7 @@ fn plan_from_runs(watermark: u64, mut runs: Vec<Receipt>) -> Option<RingPlan> {
         resume: resume?,
         committed_through: through,
         above,
+        predecessor: None,
     })
 }
 

@@ -30,6 +30,18 @@
 //!   sequence gives the count).
 //! - **Corrupt**: a record whose header or checksum is wrong.
 //!
+//! # Scribbled page words
+//!
+//! A page's meta word and the reserve word are the only words whose values
+//! the reader builds on rather than checks record by record. When they say
+//! something impossible while the producers' front shows that the page
+//! cannot have been reused (a meta word that names another page or another
+//! first sequence, a next page whose first sequence leaves records of this
+//! one out), the reader does not guess: it stops there and reports a
+//! [`Scribble`], and the drain gives the ring up and counts what it held
+//! (see `drain::health`). Guessing is how sequence numbers end up stored
+//! twice or events skipped without a gap.
+//!
 //! Every loop is bounded: a scribbled ring yields losses and `None`s, never a
 //! hang, a panic or an allocation beyond one page.
 
@@ -150,6 +162,19 @@ impl ReadPosition {
     }
 }
 
+/// A page word the reader found impossible (see the module docs): the
+/// ring's words can no longer be trusted past the reader's position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scribble {
+    /// The page whose meta word is wrong: its ticket, its slot (the page's
+    /// index in the file) and the meta word as found.
+    pub ticket: u64,
+    pub slot: u64,
+    pub meta_word: u64,
+    /// What is wrong with it, in words.
+    pub what: &'static str,
+}
+
 /// Where the reader resumes after a record whose producer died unstamped.
 enum Following {
     /// The record at `offset` is the next one readable; `skipped` sequence
@@ -191,6 +216,8 @@ pub struct RingReader {
     jump: Option<(u64, u64)>,
     delivered: u64,
     lost: u64,
+    /// The first impossible page word found; the reader reads no further.
+    scribble: Option<Scribble>,
 }
 
 impl RingReader {
@@ -231,6 +258,7 @@ impl RingReader {
             jump: None,
             delivered: 0,
             lost: 0,
+            scribble: None,
         }
     }
 
@@ -246,6 +274,13 @@ impl RingReader {
             index: self.index,
             next_seq: self.next_seq(),
         }
+    }
+
+    /// The impossible page word that stopped the reader, if one did: the
+    /// reader stays where it is (every later `poll` finds nothing) until
+    /// the drain replaces the ring.
+    pub fn scribble(&self) -> Option<Scribble> {
+        self.scribble
     }
 
     /// Events delivered and lost so far by this reader.
@@ -292,6 +327,9 @@ impl RingReader {
 
     /// One step of reading.
     fn step(&mut self) -> Step {
+        if self.scribble.is_some() {
+            return Step::Idle;
+        }
         let g = self.ring.geometry;
         let mem = &self.ring.mem;
         // Acquire: pairs with the opener's Release CAS of this meta word.
@@ -302,8 +340,13 @@ impl RingReader {
             // from "reused long ago"; the 40-bit front in the reserve word can.
             // Acquire: as in `page_limit`.
             let front = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire)).ticket;
-            return if ticket_distance(front, self.ticket) > 0 || meta.holds_later_than(self.ticket)
-            {
+            let ahead = ticket_distance(front, self.ticket);
+            if ahead >= 0 && !self.may_be_reused(ahead) {
+                // The reserve word names this page or a later one, so its
+                // meta word was set, and no lap has come round since.
+                return self.inconsistent(self.ticket, "it names another page");
+            }
+            return if ahead > 0 || meta.holds_later_than(self.ticket) {
                 self.resync()
             } else {
                 // Not opened yet: we are at the producers' front.
@@ -312,25 +355,96 @@ impl RingReader {
         }
         if meta.first_seq_low != self.first_seq & SEQ_LOW_MASK {
             // The page holds our ticket but another first sequence: the meta
-            // word was scribbled, or our resume position was wrong.
-            return self.resync();
+            // word was scribbled, or (after 2^24 / page_count laps while
+            // eventd was stopped) the page was reused; `inconsistent` tells.
+            return self.inconsistent(
+                self.ticket,
+                "its first sequence number is not the one the page before it ends at",
+            );
         }
         let Some((limit, sealed)) = self.page_limit(meta) else {
-            return self.resync();
+            return self.inconsistent(
+                (self.ticket + 1) & TICKET_MASK,
+                "it does not follow the page before it",
+            );
         };
         if self.index > limit {
             // The words say the page holds fewer records than we already read
             // from it: scribbled. Never step back over sequence numbers.
-            return self.resync();
+            return self.inconsistent(
+                (self.ticket + 1) & TICKET_MASK,
+                "it says the page before it holds fewer records than were read from it",
+            );
         }
         if self.index == limit {
             if sealed {
+                if self.record_follows() {
+                    return self.inconsistent(
+                        (self.ticket + 1) & TICKET_MASK,
+                        "its first sequence number leaves records of the page before it out",
+                    );
+                }
                 self.next_page(limit);
                 return Step::Continue;
             }
             return Step::Idle;
         }
         self.read_record(meta_word, limit, sealed)
+    }
+
+    /// Whether the page `ahead` tickets behind the producers' front may
+    /// have been reused (or be in the middle of it): the page after the
+    /// front's is the next to go, and an opener sets its meta word before
+    /// the reserve word says so.
+    fn may_be_reused(&self, ahead: i64) -> bool {
+        ahead > self.ring.geometry.page_count as i64 - 2
+    }
+
+    /// The words of page `ticket` disagree with what the reader knows:
+    /// unless a lap may have come round since (then it resynchronises as
+    /// after any overwrite), they were scribbled, and the reader stops here
+    /// (see the module docs).
+    fn inconsistent(&mut self, ticket: u64, what: &'static str) -> Step {
+        let g = self.ring.geometry;
+        let mem = &self.ring.mem;
+        // Acquire: as in `page_limit`.
+        let front = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire)).ticket;
+        let ahead = ticket_distance(front, self.ticket);
+        if ahead < 0 || self.may_be_reused(ahead) {
+            return self.resync();
+        }
+        self.scribble = Some(Scribble {
+            ticket,
+            slot: ticket & (g.page_count as u64 - 1),
+            // Relaxed: reported as found; nothing is read through it.
+            meta_word: mem.word(g.meta_index(ticket)).load(Ordering::Relaxed),
+            what,
+        });
+        Step::Idle
+    }
+
+    /// At the end of a sealed page as its successor's first sequence says:
+    /// whether a record with the next sequence number is there all the
+    /// same (a record of this lap: an older lap's records there carry
+    /// older numbers), which means that first sequence was scribbled.
+    fn record_follows(&self) -> bool {
+        let g = self.ring.geometry;
+        if self.offset + RECORD_HEADER_WORDS as u32 > g.data_words() {
+            return false;
+        }
+        // Relaxed: a look for a contradiction; nothing is read through it.
+        let state = RecordState::unpack(
+            self.ring
+                .mem
+                .word(g.data_index(self.ticket, self.offset) + R_STATE)
+                .load(Ordering::Relaxed),
+        );
+        state.seq_low == self.next_seq() & SEQ_LOW_MASK
+            && matches!(
+                state.state,
+                STATE_RESERVED | STATE_COMMITTED | STATE_ABANDONED
+            )
+            && state.words as usize >= RECORD_HEADER_WORDS
     }
 
     /// Records reserved in the reader's page, and whether the page is closed
@@ -343,10 +457,11 @@ impl RingReader {
         let raw = mem.word(H_RESERVE).load(Ordering::Acquire);
         let w = Reserve::unpack(raw);
         if w.offset == Reserve::RETIRED {
-            // Only the daemon retires a ring, and its reader is gone by
-            // then: on a ring still read this is a scribble, which would
-            // turn every producer away. Closed instead, the ring goes on.
-            self.unretire(raw);
+            // Producers are turned away and the front is frozen. Either a
+            // producer found the ring's file gone from under it (the drain's
+            // health check sees the same and replaces the ring) or the mark
+            // is a scribble on a ring still in use, which the health check
+            // undoes (`unretire`). Nothing more to read until then.
             return Some((0, false));
         }
         let ahead = ticket_distance(w.ticket, self.ticket);
@@ -370,11 +485,18 @@ impl RingReader {
         Some((count as u32, true))
     }
 
-    /// Undoes a RETIRED mark found on this live ring (`word`, the reserve
-    /// word as read): the page it names is closed instead, so producers
-    /// open the next one.
-    fn unretire(&self, word: u64) {
+    /// Undoes a RETIRED mark found on this ring while its file is still
+    /// the one at the ring's name (so no producer had a reason to set it:
+    /// a scribble, which would turn every producer away): the page it
+    /// names is closed instead, so producers open the next one. Returns
+    /// whether there was a mark to undo.
+    pub fn unretire(&self) -> bool {
+        // Relaxed: compared by the CAS below.
+        let word = self.ring.mem.word(H_RESERVE).load(Ordering::Relaxed);
         let w = Reserve::unpack(word);
+        if w.offset != Reserve::RETIRED {
+            return false;
+        }
         let closed = Reserve {
             offset: Reserve::CLOSED,
             count: w.count.min(RECORDS_PER_PAGE_MAX),
@@ -388,6 +510,7 @@ impl RingReader {
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
+        true
     }
 
     fn next_page(&mut self, count: u32) {
