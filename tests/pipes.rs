@@ -194,3 +194,28 @@ fn a_pipe_closed_before_eventctl_writes_ends_it_quietly() {
     }
     host.eventd.stop();
 }
+
+/// Only a reader gone is quiet: any other failed write (here /dev/full, a
+/// full disk under `> file`) is an error, named, with exit status 1.
+#[test]
+fn a_write_that_fails_otherwise_is_an_error() {
+    let host = host();
+    let mut failed = Vec::new();
+    for args in ALL.iter().filter(|a| !a.contains(&"--follow")) {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = host.eventctl(args).stdout(full).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(1) || !stderr.contains("No space left on device") {
+            failed.push(format!(
+                "{} > /dev/full: {}; {stderr:?}",
+                show(args, false),
+                out.status
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    host.eventd.stop();
+}
