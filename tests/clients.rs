@@ -52,6 +52,17 @@ fn counts(stdout: &[u8]) -> (u64, u64) {
     (words[1].parse().unwrap(), words[3].parse().unwrap())
 }
 
+/// The counts a client printed after closing its handle: "closed: emitted
+/// N dropped M".
+fn counts_after_close(stdout: &[u8]) -> (u64, u64) {
+    let text = String::from_utf8_lossy(stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("closed: "))
+        .unwrap_or_else(|| panic!("no counts after close in {text:?}"));
+    counts(line.as_bytes())
+}
+
 // ------------------------------------------------------------------ Rust
 
 const CHILD: &str = "EVENTD_CLIENTS_TEST_CHILD";
@@ -386,6 +397,31 @@ fn python_logging_handler() {
     eventd.stop();
 }
 
+/// `emitted` and `dropped` are still there after `close()` (they once
+/// raised TypeError: the handler kept its closing counts in an attribute
+/// `logging.Handler.close` overwrites), and a record logged to the closed
+/// handler is dropped and counted, not emitted.
+#[test]
+fn python_handler_counts_after_close() {
+    let lib = libeventd();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let eventd = Eventd::start(&data, None);
+    const COUNT: u64 = 20;
+    let script = repo().join("clients/python/examples/orders.py");
+    let out = python(&script, &data.join("kmes"), COUNT, &lib);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(counts(&out.stdout), (COUNT + 1, 0));
+    assert_eq!(counts_after_close(&out.stdout), (COUNT + 1, 1));
+    wait_for_events(&data, COUNT + 1);
+    let rows = query(&data, "py-orders");
+    assert_eq!(rows.len() as u64, COUNT + 1);
+    assert!(rows.iter().all(|(v, _)| v["message"] != "after close"));
+    eventd.stop();
+}
+
 // ------------------------------------------------------ without eventd
 
 /// No ring directory at all (eventd never ran with this data directory):
@@ -432,6 +468,7 @@ fn clients_without_rings_keep_running_and_count_what_they_dropped() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(counts(&out.stdout), (0, 51));
+    assert_eq!(counts_after_close(&out.stdout), (0, 52));
 
     // And without the library, the Python handler still does not fail.
     let out = Command::new("python3")
@@ -448,4 +485,5 @@ fn clients_without_rings_keep_running_and_count_what_they_dropped() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(counts(&out.stdout), (0, 6));
+    assert_eq!(counts_after_close(&out.stdout), (0, 7));
 }

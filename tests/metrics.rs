@@ -55,6 +55,27 @@ fn buckets(text: &str, name: &str, shard: &str) -> Vec<(f64, f64)> {
     buckets.iter().map(|b| (b.less_than, b.count)).collect()
 }
 
+/// The number of items of each of a shard's commits, from its receipts
+/// (one commit time per commit).
+fn commit_sizes(c: &rusqlite::Connection) -> Vec<f64> {
+    let mut stmt = c
+        .prepare("SELECT sum(last_seq - first_seq + 1) FROM receipts GROUP BY committed_at")
+        .unwrap();
+    stmt.query_map([], |r| r.get::<_, i64>(0))
+        .unwrap()
+        .map(|n| n.unwrap() as f64)
+        .collect()
+}
+
+/// Each bucket of `eventd_shard_commit_items` for `shard` counts exactly
+/// the commits of at most `le` items.
+fn assert_item_buckets_match(text: &str, shard: &str, sizes: &[f64]) {
+    for (le, count) in buckets(text, "eventd_shard_commit_items", shard) {
+        let truth = sizes.iter().filter(|&&n| n <= le).count() as f64;
+        assert_eq!(count, truth, "shard {shard}, items <= {le}: {sizes:?}");
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -232,19 +253,7 @@ fn metrics_match_counted_truth_after_a_known_load() {
             assert_eq!(by_shard["eventd_shard_commit_seconds"][shard], commits);
             assert_eq!(by_shard["eventd_shard_emit_to_commit_seconds"][shard], *n);
             assert_eq!(by_shard["eventd_shard_gap_events_total"][shard], 0.0);
-            // Each bucket of items per commit, from the receipts.
-            let mut stmt = c
-                .prepare("SELECT sum(last_seq - first_seq + 1) FROM receipts GROUP BY committed_at")
-                .unwrap();
-            let sizes: Vec<f64> = stmt
-                .query_map([], |r| r.get::<_, i64>(0))
-                .unwrap()
-                .map(|n| n.unwrap() as f64)
-                .collect();
-            for (le, count) in buckets(&text, "eventd_shard_commit_items", shard) {
-                let truth = sizes.iter().filter(|&&n| n <= le).count() as f64;
-                assert_eq!(count, truth, "shard {shard}, items <= {le}: {sizes:?}");
-            }
+            assert_item_buckets_match(&text, shard, &commit_sizes(c));
             assert_eq!(by_shard["eventd_channel_occupied_slots"][shard], 0.0);
             assert!(by_shard["eventd_channel_capacity_slots"][shard] > 0.0);
         }
@@ -374,5 +383,42 @@ fn writers_checkpoint_between_batches_and_say_so() {
         .unwrap()
         .len();
     assert!(db > 8 << 20, "database file of {db} bytes");
+    eventd.stop();
+}
+
+/// Commits of 257 items, a size an hdrhistogram at two significant figures
+/// keeps in one slot with 256: the `le="256"` bucket still counts exactly
+/// the commits of at most 256 items. A backlog waiting in a ring when
+/// eventd starts is committed in batches of MaxBatchSize, here 257, as a
+/// loaded host's writer commits whatever piled up while it was busy.
+#[test]
+fn item_buckets_are_exact_at_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path(), "StorageShards = 1\nMaxBatchSize = 257\n");
+    // A first start makes the rings; the backlog is written while eventd
+    // is down.
+    Eventd::start(&data, Some(&cfg)).stop();
+    let emitter = Emitter::open(data.join("kmes")).unwrap();
+    let cpu = online_cpus()[0];
+    const EVENTS: u64 = 257 * 40;
+    for i in 0..EVENTS {
+        emitter
+            .ring(cpu)
+            .unwrap()
+            .emit(&event("backlog", &format!("event {i}"), ""))
+            .unwrap();
+    }
+    let eventd = Eventd::start(&data, Some(&cfg));
+    wait_for_events(&data, EVENTS);
+    let text = eventctl_text(&data, &["stats", "--prometheus"]);
+    let files = shards(&data);
+    let sizes = commit_sizes(&files[0].1);
+    assert_eq!(sizes.iter().sum::<f64>(), EVENTS as f64);
+    assert!(
+        sizes.contains(&257.0),
+        "no full batch of 257 out of the backlog: {sizes:?}"
+    );
+    assert_item_buckets_match(&text, "0", &sizes);
     eventd.stop();
 }

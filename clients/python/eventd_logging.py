@@ -13,6 +13,8 @@ JSON object (numbers stay numbers; anything JSON cannot hold becomes its
 `str()`), plus `exception` when the record has one. Where the library or
 the rings are missing, records are dropped and counted (`handler.dropped`)
 and the first time is said on stderr; logging never raises or blocks.
+The counts stay readable after close(); records logged to a closed
+handler are dropped and counted.
 
 The library is looked for in $EVENTD_LIB, next to this file, then by
 ctypes.util.find_library("eventd") and in /usr/local/lib and /usr/lib.
@@ -113,7 +115,9 @@ class EventdHandler(logging.Handler):
         self._lib = None
         self._handle = ctypes.c_void_p()
         self._lost = 0  # dropped here, without the library
-        self._closed = (0, 0)  # (emitted, dropped) when closed
+        # (emitted, dropped) as they were at close(). Not `_closed`:
+        # logging.Handler owns that name and close() sets it to True.
+        self._at_close = (0, 0)
         self._levels = {}  # levelno -> severity
         self._names = {}  # logger name -> its bytes
         self._said = False
@@ -142,14 +146,14 @@ class EventdHandler(logging.Handler):
     def emitted(self):
         """Records written into a ring."""
         if self._lib is None:
-            return self._closed[0]
+            return self._at_close[0]
         return self._lib.eventd_emitted(self._handle)
 
     @property
     def dropped(self):
         """Records not written (no library, no rings, too large, ...)."""
         if self._lib is None:
-            return self._closed[1] + self._lost
+            return self._at_close[1] + self._lost
         return self._lost + self._lib.eventd_dropped(self._handle)
 
     @staticmethod
@@ -201,7 +205,7 @@ class EventdHandler(logging.Handler):
         try:
             if self._lib is not None and self._handle:
                 # The counts outlive the handle.
-                self._closed = (self.emitted, self._lib.eventd_dropped(self._handle))
+                self._at_close = (self.emitted, self._lib.eventd_dropped(self._handle))
                 self._lib.eventd_close(self._handle)
                 self._lib = None
         finally:

@@ -17,15 +17,6 @@ use super::DaemonState;
 use crate::metrics::{Exposition, Kind};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Histogram bounds in seconds: 10 µs to 10 s.
-const SECONDS: &[f64] = &[
-    0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-/// Items per commit: powers of four up to the largest MaxBatchSize.
-const ITEMS: &[f64] = &[
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
-];
-
 fn load(a: &AtomicU64) -> f64 {
     a.load(Ordering::Relaxed) as f64
 }
@@ -324,32 +315,26 @@ fn shards(e: &mut Exposition, state: &DaemonState) {
     e.histogram(
         "eventd_shard_commit_items",
         "Items (events and gaps) per commit.",
-        1.0,
-        ITEMS,
         labels
             .iter()
             .zip(&histograms)
-            .map(|(l, h)| (&l[..], &h.batch_items)),
+            .map(|(l, h)| (&l[..], &h.batch_items_buckets)),
     );
     e.histogram(
         "eventd_shard_commit_seconds",
         "Time each commit's transaction took.",
-        1e-6,
-        SECONDS,
         labels
             .iter()
             .zip(&histograms)
-            .map(|(l, h)| (&l[..], &h.commit_us)),
+            .map(|(l, h)| (&l[..], &h.commit_buckets)),
     );
     e.histogram(
         "eventd_shard_emit_to_commit_seconds",
         "From an event's timestamp to the end of the commit that stored it.",
-        1e-6,
-        SECONDS,
         labels
             .iter()
             .zip(&histograms)
-            .map(|(l, h)| (&l[..], &h.latency_us)),
+            .map(|(l, h)| (&l[..], &h.latency_buckets)),
     );
 }
 

@@ -1,16 +1,17 @@
 //! Metrics in the Prometheus text exposition format (version 0.0.4), and an
 //! optional loopback HTTP listener that serves them.
 //!
-//! The daemon keeps its figures in plain atomics and hdrhistograms where
+//! The daemon keeps its figures in plain atomics and [`Buckets`] where
 //! they are counted (drains, channels, writers, the query server,
 //! retention); [`Exposition`] turns a snapshot of them into text when asked,
 //! so scraping costs nothing between scrapes.
 
+pub mod buckets;
 pub mod http;
 
+pub use buckets::Buckets;
 pub use http::MetricsListener;
 
-use hdrhistogram::Histogram;
 use std::fmt::Write;
 
 /// What kind of metric a family is (the `# TYPE` line).
@@ -93,20 +94,14 @@ impl Exposition {
         self.family(name, help, kind, [(&[][..], value)]);
     }
 
-    /// A histogram family from hdrhistograms recorded in `unit`s of the
-    /// exposed unit (1e-6 for microseconds exposed as seconds, 1.0 for
-    /// counts). `bounds` are the bucket upper bounds in the exposed unit;
-    /// counts come from the recorded values (3 significant digits), `_sum`
-    /// from their mean.
+    /// A histogram family, one sample set per label set: each bucket, the
+    /// `+Inf` one, `_sum` and `_count`, all exact ([`Buckets`]).
     pub fn histogram<'a>(
         &mut self,
         name: &str,
         help: &str,
-        unit: f64,
-        bounds: &[f64],
-        samples: impl IntoIterator<Item = (Labels<'a>, &'a Histogram<u64>)>,
+        samples: impl IntoIterator<Item = (Labels<'a>, &'a Buckets)>,
     ) {
-        debug_assert!(bounds.windows(2).all(|w| w[0] < w[1]));
         self.header(name, help, "histogram");
         let (bucket, sum, count) = (
             format!("{name}_bucket"),
@@ -114,18 +109,12 @@ impl Exposition {
             format!("{name}_count"),
         );
         for (labels, h) in samples {
-            for &le in bounds {
-                let raw = (le / unit).floor().max(0.0) as u64;
-                let n = if h.is_empty() {
-                    0
-                } else {
-                    h.count_between(0, raw)
-                };
+            for (le, n) in h.cumulative() {
                 self.sample(&bucket, labels, Some(("le", &number(le))), n as f64);
             }
-            self.sample(&bucket, labels, Some(("le", "+Inf")), h.len() as f64);
-            self.sample(&sum, labels, None, h.mean() * h.len() as f64 * unit);
-            self.sample(&count, labels, None, h.len() as f64);
+            self.sample(&bucket, labels, Some(("le", "+Inf")), h.count() as f64);
+            self.sample(&sum, labels, None, h.sum());
+            self.sample(&count, labels, None, h.count() as f64);
         }
     }
 }
@@ -177,18 +166,15 @@ mod tests {
             [(&path[..], 3.0)],
         );
         e.single("eventd_test_gauge", "A gauge.", Kind::Gauge, 0.25);
-        let mut h = Histogram::<u64>::new_with_bounds(1, 1_000_000, 3).unwrap();
+        let mut h = Buckets::new(buckets::Bounds {
+            upper: &[100, 1_000, 10_000],
+            per_exposed: 1_000_000,
+        });
         for us in [50, 150, 1500, 1500] {
-            h.record(us).unwrap();
+            h.record(us);
         }
         let shard = [("shard", "0".to_string())];
-        e.histogram(
-            "eventd_test_seconds",
-            "A histogram.",
-            1e-6,
-            &[0.0001, 0.001, 0.01],
-            [(&shard[..], &h)],
-        );
+        e.histogram("eventd_test_seconds", "A histogram.", [(&shard[..], &h)]);
         let text = e.finish();
         assert!(
             text.contains(r#"path="/var/lib/\"odd\"\\dir\nx""#),
@@ -235,7 +221,7 @@ mod tests {
             .and_then(|l| l.rsplit(' ').next())
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap();
-        assert!((sum - 0.0032).abs() < 0.0001, "{sum}");
+        assert_eq!(sum, 0.0032);
     }
 
     #[test]

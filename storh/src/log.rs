@@ -100,6 +100,18 @@ impl Tail {
             Tail::Reader { segment, .. } => segment.base + segment.len,
         }
     }
+
+    /// Whether `offset`, in this segment, is where its records end: at or
+    /// past its length once a header there is stepped over. A segment that
+    /// holds only its header (a writer killed between starting it and
+    /// appending) ends right after it.
+    fn ends_at(&self, offset: u64) -> bool {
+        let (base, format, len) = match self {
+            Tail::Writer(a) => (a.base, &a.format, a.len),
+            Tail::Reader { segment, .. } => (segment.base, &segment.format, segment.len),
+        };
+        offset >= base + len || offset >= base && format.skip_header(offset - base) >= len
+    }
 }
 
 pub struct SegmentedLog {
@@ -326,7 +338,7 @@ impl SegmentedLog {
     /// The record at `offset` (or just past a segment header there): its
     /// offset, payload and the next offset.
     fn read_from(&self, offset: u64) -> Result<(u64, Vec<u8>, u64)> {
-        if offset >= self.end() {
+        if self.tail.ends_at(offset) {
             return Err(LogError::NoRecord { offset });
         }
         let i = self.older.partition_point(|s| s.base <= offset);
@@ -392,7 +404,7 @@ impl SegmentedLog {
         let mut at = Some(offset);
         std::iter::from_fn(move || {
             let here = at?;
-            if here >= self.end() {
+            if self.tail.ends_at(here) {
                 return None;
             }
             match self.read_from(here) {

@@ -4,7 +4,9 @@
 
 COUNT records from logger "shop.orders": every third a warning with an
 order number, an amount and a flag as extra= fields, the others info, and
-one error with an exception. Prints "emitted N dropped M"."""
+one error with an exception. Prints "emitted N dropped M", closes the
+handler, logs one record more (dropped: the handler is closed) and prints
+the counts again, read after close: "closed: emitted N dropped M"."""
 
 import logging
 import os
@@ -29,3 +31,5 @@ except ZeroDivisionError:
     log.exception("ledger failed", extra={"order": -1})
 print(f"emitted {handler.emitted} dropped {handler.dropped}")
 handler.close()
+log.warning("after close", extra={"order": -2})
+print(f"closed: emitted {handler.emitted} dropped {handler.dropped}")

@@ -7,9 +7,11 @@ use eventd::export::fleet::{FleetCursor, FleetQuery};
 use eventd::export::status::ExportReport;
 use eventd::query::render::{Output, Renderer};
 use eventd::query::{Filter, Request};
-use std::io::IsTerminal;
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use super::stdio::{say, Stdout};
 
 #[derive(clap::Subcommand)]
 pub enum ExportCommand {
@@ -95,10 +97,11 @@ pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
             let (client, database) = connect(settings, &args.cluster)?;
             let done = eventd::export::init::init(&client, &database, &args.cluster_name)
                 .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+            let mut out = Stdout::lock();
             for line in done {
-                println!("{line}");
+                writeln!(out, "{line}")?;
             }
-            Ok(())
+            Ok(out.flush()?)
         }
         ExportCommand::Status(args) => status(settings, args.output),
     }
@@ -121,22 +124,25 @@ fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
     if export.is_null() {
         bail!("export is off in this eventd (ExportUrl is not set)");
     }
+    let mut out = Stdout::lock();
     if output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&export)?);
-        return Ok(());
+        writeln!(out, "{}", serde_json::to_string_pretty(&export)?)?;
+    } else {
+        let report: ExportReport = serde_json::from_value(export).context("reading the report")?;
+        print_report(&mut out, &report)?;
     }
-    let report: ExportReport = serde_json::from_value(export).context("reading the report")?;
-    print_report(&report);
-    Ok(())
+    Ok(out.flush()?)
 }
 
-fn print_report(r: &ExportReport) {
-    println!(
+fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
+    writeln!(
+        out,
         "host {} exporting to {} database {}",
         r.host, r.url, r.database
-    );
+    )?;
     if let Some(c) = &r.cluster {
-        println!(
+        writeln!(
+            out,
             "cluster {} ({} replicas), ClickHouse {}{}",
             c.cluster,
             c.replicas,
@@ -146,15 +152,17 @@ fn print_report(r: &ExportReport) {
             } else {
                 ""
             }
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{:<22} {:<7} {:>12} {:>10} {:>9} {:>8} {:>8} {:>7}  STATE",
         "SHARD", "TABLE", "THROUGH", "LAG_ROWS", "LAG_S", "BATCHES", "DEDUP", "RESENT"
-    );
+    )?;
     for s in &r.shards {
         for (table, st) in [("events", &s.events), ("gaps", &s.gaps)] {
-            println!(
+            writeln!(
+                out,
                 "{:<22} {:<7} {:>12} {:>10} {:>9.1} {:>8} {:>8} {:>7}  {}",
                 s.file,
                 table,
@@ -165,12 +173,13 @@ fn print_report(r: &ExportReport) {
                 st.batches_deduplicated,
                 st.batches_resent,
                 s.state
-            );
+            )?;
         }
         if let Some(e) = &s.last_error {
-            println!("  last error ({} in a row): {e}", s.failures);
+            writeln!(out, "  last error ({} in a row): {e}", s.failures)?;
         }
     }
+    Ok(())
 }
 
 /// `eventctl query --cluster`: the same filters over the fleet.
@@ -188,9 +197,9 @@ pub fn fleet_query(
             .with_context(|| format!("--cursor {t:?} is not a fleet query's cursor"))?,
         None => FleetCursor::default(),
     };
-    let stdout = std::io::stdout();
+    let stdout = Stdout::lock();
     let colour = stdout.is_terminal();
-    let out = std::cell::RefCell::new(Renderer::new(stdout.lock(), output, colour));
+    let out = std::cell::RefCell::new(Renderer::new(stdout, output, colour));
     let query = FleetQuery {
         client: &client,
         database: &database,
@@ -198,21 +207,35 @@ pub fn fleet_query(
         hosts,
         cursor,
     };
+    // A write that fails (other than to a reader that went away, which
+    // ends eventctl in Stdout) stops the query and is the command's error:
+    // FleetQuery::run takes a failed callback for a stop.
+    let failed = std::cell::RefCell::new(None);
     let keep_going = |r: std::io::Result<()>| match r {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e),
+        Err(e) => {
+            failed.borrow_mut().get_or_insert(e);
+            Ok(false)
+        }
     };
     let (next, events, gaps) = query
         .run(
             |host, e| keep_going(out.borrow_mut().event_from(Some(host), e)),
-            |host, g| keep_going(out.borrow_mut().gap_from(Some(host), g)),
+            |host, g| {
+                if failed.borrow().is_some() {
+                    return Ok(false);
+                }
+                keep_going(out.borrow_mut().gap_from(Some(host), g))
+            },
         )
         .with_context(|| format!("querying {}", client.url()))?;
-    out.borrow_mut().flush().or_else(super::broken_pipe)?;
+    if let Some(e) = failed.into_inner() {
+        return Err(e.into());
+    }
+    out.borrow_mut().flush()?;
     if let Some(limit) = filter.limit {
         if events == limit || gaps == limit {
-            eprintln!("next page: --cursor {}", next.token());
+            say!("next page: --cursor {}", next.token());
         }
     }
     Ok(())

@@ -9,10 +9,12 @@ use eventd::query::{
 };
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event, Level};
-use std::io::{BufRead, IsTerminal};
+use std::io::BufRead;
 use std::path::PathBuf;
+use stdio::{say, Stdout};
 
 mod export;
+mod stdio;
 
 #[derive(Parser)]
 #[command(version, about = "Client of the eventd event collection daemon")]
@@ -138,7 +140,7 @@ fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("eventctl: {}", eventd::errors::error_chain(e.as_ref()));
+            say!("eventctl: {}", eventd::errors::error_chain(e.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }
@@ -235,9 +237,9 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
         );
     }
     let filter = filter_of(&q)?;
-    let stdout = std::io::stdout();
+    let stdout = Stdout::lock();
     let colour = stdout.is_terminal();
-    let mut out = Renderer::new(stdout.lock(), q.output, colour);
+    let mut out = Renderer::new(stdout, q.output, colour);
     let mut page = Page {
         events: 0,
         gaps: 0,
@@ -251,11 +253,11 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
     } else {
         query_daemon(settings, &filter, q.follow, &mut out, &mut page)?;
     }
-    out.flush().or_else(broken_pipe)?;
+    out.flush()?;
     // A full page of either listing may have more behind it.
     if let Some(limit) = filter.limit {
         if page.events == limit || page.gaps == limit {
-            eprintln!("next page: --cursor {}", page.next.token());
+            say!("next page: --cursor {}", page.next.token());
         }
     }
     Ok(())
@@ -280,15 +282,15 @@ fn query_files<W: std::io::Write>(
     while let Some(e) = fan.next_event() {
         page.next.events = Some(e.cursor());
         page.events += 1;
-        out.event(&e).or_else(broken_pipe)?;
+        out.event(&e)?;
     }
     while let Some(g) = fan.next_gap() {
         page.next.gaps = Some(g.cursor());
         page.gaps += 1;
-        out.gap(&g).or_else(broken_pipe)?;
+        out.gap(&g)?;
     }
     for w in &fan.warnings {
-        eprintln!("eventctl: warning: {w}");
+        say!("eventctl: warning: {w}");
     }
     Ok(())
 }
@@ -333,13 +335,12 @@ fn query_daemon<W: std::io::Write>(
             page.gaps += 1;
             out.gap(&g)?;
         } else if let Some(w) = v.get("warning") {
-            eprintln!("eventctl: warning: {}", w.as_str().unwrap_or_default());
+            say!("eventctl: warning: {}", w.as_str().unwrap_or_default());
         } else if let Some(e) = v.get("error") {
             failure = Some(refusal("the query", e));
         }
         Ok(true)
-    })
-    .or_else(broken_pipe)?;
+    })?;
     if let Some(f) = failure {
         bail!(f);
     }
@@ -358,33 +359,23 @@ fn refusal(what: &str, error: &serde_json::Value) -> String {
     )
 }
 
-/// A reader that went away (`eventctl query | head`) is not an error.
-fn broken_pipe(e: std::io::Error) -> std::io::Result<()> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        Ok(())
-    } else {
-        Err(e)
-    }
-}
-
 fn report(socket: &std::path::Path, request: Request) -> anyhow::Result<()> {
+    use std::io::Write;
     let mut failure = None;
+    let mut out = Stdout::lock();
     eventd::query::client::call(socket, &request, |v| {
         if let Some(e) = v.get("error") {
             failure = Some(refusal("the request", e));
         } else {
-            use std::io::Write;
             let text = match v.get("metrics").and_then(|m| m.as_str()) {
                 Some(metrics) => metrics.to_string(),
                 None => serde_json::to_string_pretty(&v).map_err(std::io::Error::other)? + "\n",
             };
-            std::io::stdout()
-                .lock()
-                .write_all(text.as_bytes())
-                .or_else(broken_pipe)?;
+            out.write_all(text.as_bytes())?;
         }
         Ok(true)
     })?;
+    out.flush()?;
     match failure {
         Some(f) => bail!(f),
         None => Ok(()),

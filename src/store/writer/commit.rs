@@ -271,12 +271,10 @@ impl ShardWriter {
             if item.kind == Kind::Event {
                 // A producer clock ahead of ours counts as the minimum.
                 let us = done_ns.saturating_sub(item.ts_ns).max(0) as u64 / 1000;
-                h.latency_us.saturating_record(us.max(1));
+                h.record_latency(us.max(1));
             }
         }
-        h.batch_items.saturating_record(self.batch.len() as u64);
-        h.commit_us
-            .saturating_record((took.as_micros() as u64).max(1));
+        h.record_commit(self.batch.len() as u64, (took.as_micros() as u64).max(1));
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a shard writer counts and measures, for `eventctl stats`, the
 //! metrics and the load harness.
 
+use crate::metrics::buckets::{self, Buckets};
 use hdrhistogram::Histogram;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -52,6 +53,29 @@ pub struct WriterHistograms {
     pub batch_items: Histogram<u64>,
     /// How long each commit's transaction took, in µs.
     pub commit_us: Histogram<u64>,
+    /// The same three as the metrics' buckets, exact at every bound: the
+    /// hdrhistograms above answer quantiles, but their slots above 255
+    /// hold several values (256 and 257 share one), so a bucket read from
+    /// them could count values above its bound.
+    pub latency_buckets: Buckets,
+    pub batch_items_buckets: Buckets,
+    pub commit_buckets: Buckets,
+}
+
+impl WriterHistograms {
+    /// One event's emit-to-commit latency, in µs.
+    pub(super) fn record_latency(&mut self, us: u64) {
+        self.latency_us.saturating_record(us);
+        self.latency_buckets.record(us);
+    }
+
+    /// One commit: its items, and its transaction's time in µs.
+    pub(super) fn record_commit(&mut self, items: u64, us: u64) {
+        self.batch_items.saturating_record(items);
+        self.batch_items_buckets.record(items);
+        self.commit_us.saturating_record(us);
+        self.commit_buckets.record(us);
+    }
 }
 
 impl Default for WriterHistograms {
@@ -68,6 +92,9 @@ impl Default for WriterHistograms {
                 .expect("valid constant bounds"),
             commit_us: Histogram::new_with_bounds(1, 3_600_000_000, HISTOGRAM_SIGFIG)
                 .expect("valid constant bounds"),
+            latency_buckets: Buckets::new(buckets::SECONDS_FROM_US),
+            batch_items_buckets: Buckets::new(buckets::ITEMS),
+            commit_buckets: Buckets::new(buckets::SECONDS_FROM_US),
         }
     }
 }

@@ -178,6 +178,20 @@ pub(super) fn walk(data: &Path, mut each: impl FnMut(&Path, &str, &str)) -> Resu
     Ok(())
 }
 
+/// What lies directly in `data` that is not a directory: files outside
+/// every bucket, which [`walk`] does not visit.
+pub(super) fn outside_buckets(data: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(data).map_err(io(data))? {
+        let path = entry.map_err(io(data))?.path();
+        if !path.is_dir() {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
 /// Removes `*.tmp` files in every bucket of `data`; returns how many.
 pub(super) fn remove_temp_files(data: &Path) -> Result<u64> {
     let mut removed = 0;

@@ -142,6 +142,33 @@ fn verify_names_bad_files_with_their_reason() {
     assert_eq!(findings.len(), 3);
 }
 
+/// A file put directly in `data/`, outside any bucket (a record file
+/// misplaced by hand, or anything else), is named too.
+#[test]
+fn verify_names_a_file_outside_the_buckets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Collection::open(dir.path()).unwrap();
+    let good = c.insert(&json!({"ok": true})).unwrap();
+    let data = dir.path().join("data");
+    let misplaced = data.join(format!("{good}.jsonc"));
+    std::fs::copy(c.path_of(&good).unwrap(), &misplaced).unwrap();
+    let stray = data.join("notes.txt");
+    std::fs::write(&stray, "x").unwrap();
+    let (ok, findings) = c.verify().unwrap();
+    assert_eq!(ok, 1, "{findings:?}");
+    let mut named: Vec<&Path> = findings.iter().map(|f| f.path.as_path()).collect();
+    named.sort();
+    let mut want = vec![misplaced.as_path(), stray.as_path()];
+    want.sort();
+    assert_eq!(named, want, "{findings:?}");
+    assert!(
+        findings
+            .iter()
+            .all(|f| f.reason.contains("outside the buckets")),
+        "{findings:?}"
+    );
+}
+
 #[test]
 fn a_dirty_state_without_a_holder_means_a_crash_and_temp_files_go() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,9 +1,10 @@
 //! `verify`: a walk of every file in the buckets that names each one that
 //! is not a good record (a temporary file, a wrong name, a wrong bucket,
-//! invalid JSONC) with the reason.
+//! invalid JSONC) with the reason, and of the files in `data/` outside
+//! every bucket.
 
 use super::crud::parse_jsonc;
-use super::files::{walk, TEMP_SUFFIX};
+use super::files::{outside_buckets, walk, TEMP_SUFFIX};
 use super::{Collection, DocError, Result};
 use crate::id;
 use std::path::PathBuf;
@@ -17,8 +18,9 @@ pub struct Finding {
 
 impl Collection {
     /// Checks every file: a record must be valid JSONC, named `<id>.jsonc`
-    /// with a canonical id, in the bucket its id names. Returns what is
-    /// wrong, with the path and the reason; `ok` counts the good records.
+    /// with a canonical id, in the bucket its id names; nothing else lies in
+    /// `data/` beside the buckets. Returns what is wrong, with the path and
+    /// the reason; `ok` counts the good records.
     pub fn verify(&self) -> Result<(u64, Vec<Finding>)> {
         self.verify_with(|_| {})
     }
@@ -27,8 +29,17 @@ impl Collection {
     pub fn verify_with(&self, mut progress: impl FnMut(u64)) -> Result<(u64, Vec<Finding>)> {
         let mut ok = 0;
         let mut done = 0;
+        let data = self.dir.join("data");
         let mut findings = Vec::new();
-        walk(&self.dir.join("data"), |path, name, bucket| {
+        for path in outside_buckets(&data)? {
+            done += 1;
+            progress(done);
+            findings.push(Finding {
+                path,
+                reason: "outside the buckets (a record lives in data/<bucket>/)".into(),
+            });
+        }
+        walk(&data, |path, name, bucket| {
             done += 1;
             progress(done);
             let finding = |reason: String| Finding {

@@ -310,3 +310,66 @@ fn a_log_of_the_old_format_opens_and_keeps_its_offsets() {
     ));
     assert_eq!(std::fs::read(&foreign).unwrap().len(), 34);
 }
+
+/// Every way of reading a log that holds no record after `from`: nothing,
+/// not damage; and `verify` agrees.
+fn holds_nothing_after(log: &SegmentedLog, from: u64) {
+    let rest: Vec<String> = log
+        .iter_from(from)
+        .map(|r| match r {
+            Ok((offset, _)) => format!("a record at {offset}"),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(
+        matches!(log.read(from), Err(LogError::NoRecord { .. })),
+        "{:?}",
+        log.read(from)
+            .map(|(p, next)| (String::from_utf8_lossy(&p).into_owned(), next))
+    );
+    let verified = log.verify().unwrap();
+    assert_eq!(verified.findings, vec![]);
+}
+
+#[test]
+fn a_fresh_empty_log_reads_as_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = SegmentedLog::open(dir.path(), MAX_SEGMENT_BYTES_DEFAULT).unwrap();
+    holds_nothing_after(&log, 0);
+    holds_nothing_after(&log, log.start());
+    assert_eq!(log.verify().unwrap().records, 0);
+    drop(log);
+    let reader = SegmentedLog::open_read_only(dir.path()).unwrap();
+    holds_nothing_after(&reader, 0);
+}
+
+/// As a writer killed between starting a segment (its header written and
+/// synced) and appending to it leaves the log.
+#[test]
+fn a_last_segment_of_only_its_header_reads_as_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = SegmentedLog::open(dir.path(), 100).unwrap();
+    let written = fill(&mut log, 10);
+    let end = log.end();
+    drop(log);
+    std::fs::write(segment_path(dir.path(), end), record::file_header()).unwrap();
+    as_if_crashed(dir.path());
+    for log in [
+        SegmentedLog::open_read_only(dir.path()).unwrap(),
+        SegmentedLog::open(dir.path(), 100).unwrap(),
+    ] {
+        assert_eq!(log.end(), end + FILE_HEADER_BYTES);
+        assert_eq!(intact(&log), written);
+        assert_eq!(damaged(&log), vec![]);
+        holds_nothing_after(&log, end);
+        let from_last: Vec<u64> = log.iter_from(written[9].0).map(|r| r.unwrap().0).collect();
+        assert_eq!(from_last, vec![written[9].0]);
+    }
+    // The writer appends after the header, and everything reads back.
+    let mut log = SegmentedLog::open(dir.path(), 100).unwrap();
+    let next = log.append(b"after the header").unwrap();
+    assert_eq!(next, end + FILE_HEADER_BYTES);
+    assert_eq!(intact(&log).len(), 11);
+    assert_eq!(log.verify().unwrap().findings, vec![]);
+}
