@@ -6,6 +6,10 @@
 //! Every request has a deadline (connect, then each read and write), so a
 //! server that stops answering (SIGSTOP, a network partition) costs a
 //! bounded wait and an error, never a hung thread.
+//!
+//! An error's text comes from the server or the transport: before it is
+//! returned (and so before anyone stores, logs or prints it) its control
+//! characters are escaped ([`crate::query::render::clean`]).
 
 use base64::Engine;
 use std::io::Read;
@@ -33,7 +37,8 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// What went wrong talking to ClickHouse.
+/// What went wrong talking to ClickHouse. Every text in it is safe to show
+/// on a terminal: control characters escaped.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClickHouseError {
     /// The server answered with an error (its exception code and text).
@@ -114,6 +119,12 @@ impl Client {
         &self.endpoint.url
     }
 
+    /// `text` (from the server or the transport) as it may be stored,
+    /// logged or shown: control characters escaped.
+    pub fn shown(&self, text: &str) -> String {
+        crate::query::render::clean(text).into_owned()
+    }
+
     /// The configured user and password, if a user is configured.
     pub fn credentials(&self) -> Option<(&str, &str)> {
         let user = self.endpoint.user.as_deref()?;
@@ -145,7 +156,7 @@ impl Client {
                     .read_to_end(&mut body)
                     .map_err(|e| ClickHouseError::Body {
                         url: url.clone(),
-                        message: e.to_string(),
+                        message: self.shown(&e.to_string()),
                     })?;
                 Ok(body)
             }
@@ -155,17 +166,16 @@ impl Client {
                     .into_reader()
                     .take(64 << 10)
                     .read_to_string(&mut text);
-                let message = text.trim().to_string();
                 Err(ClickHouseError::Server {
                     url,
                     status,
-                    code: error_code(&message),
-                    message,
+                    code: error_code(&text),
+                    message: self.shown(text.trim()),
                 })
             }
             Err(ureq::Error::Transport(t)) => Err(ClickHouseError::Transport {
                 url,
-                message: t.to_string(),
+                message: self.shown(&t.to_string()),
             }),
         }
     }

@@ -5,9 +5,9 @@ use eventd::config::Settings;
 use eventd::export::clickhouse::{Client, Endpoint};
 use eventd::export::fleet::{FleetCursor, FleetQuery};
 use eventd::export::status::ExportReport;
-use eventd::query::render::{Output, Renderer};
+use eventd::query::render::{clean, json_safe, Output, Renderer};
 use eventd::query::{Filter, Request};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -90,18 +90,27 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
 }
 
 pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
-    match command {
-        ExportCommand::Init(args) => {
-            let (client, database) = connect(settings, &args.cluster)?;
-            let done = eventd::export::init::init(&client, &database, &args.cluster_name)
-                .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
-            for line in done {
-                println!("{line}");
-            }
-            Ok(())
-        }
+    let done = match command {
+        ExportCommand::Init(args) => init(settings, &args),
         ExportCommand::Status(args) => status(settings, args.output),
+    };
+    done.map_err(shown)
+}
+
+/// An error whose text may quote the cluster (its errors, a server's DDL
+/// failures), as one line with control characters escaped.
+fn shown(e: anyhow::Error) -> anyhow::Error {
+    anyhow::Error::msg(clean(&eventd::errors::error_chain(e.as_ref())).into_owned())
+}
+
+fn init(settings: &Settings, args: &InitArgs) -> anyhow::Result<()> {
+    let (client, database) = connect(settings, &args.cluster)?;
+    let done = eventd::export::init::init(&client, &database, &args.cluster_name)
+        .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+    for line in done {
+        println!("{}", clean(&line));
     }
+    Ok(())
 }
 
 fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
@@ -121,42 +130,52 @@ fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
     if export.is_null() {
         bail!("export is off in this eventd (ExportUrl is not set)");
     }
+    let mut out = std::io::stdout().lock();
     if output == Output::Json {
-        println!("{}", serde_json::to_string_pretty(&export)?);
+        let text = json_safe(serde_json::to_string_pretty(&export)?);
+        writeln!(out, "{text}").or_else(super::broken_pipe)?;
         return Ok(());
     }
     let report: ExportReport = serde_json::from_value(export).context("reading the report")?;
-    print_report(&report);
+    print_report(&mut out, &report).or_else(super::broken_pipe)?;
     Ok(())
 }
 
-fn print_report(r: &ExportReport) {
-    println!(
+/// The report as text. Its texts (the cluster's name, version and errors,
+/// file names) are printed through `clean`: they may come from the cluster.
+fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
+    writeln!(
+        out,
         "host {} exporting to {} database {}",
-        r.host, r.url, r.database
-    );
+        clean(&r.host),
+        clean(&r.url),
+        clean(&r.database)
+    )?;
     if let Some(c) = &r.cluster {
-        println!(
+        writeln!(
+            out,
             "cluster {} ({} replicas), ClickHouse {}{}",
-            c.cluster,
+            clean(&c.cluster),
             c.replicas,
-            c.version,
+            clean(&c.version),
             if c.dedup_token {
                 ", deduplication tokens"
             } else {
                 ""
             }
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "{:<22} {:<7} {:>12} {:>10} {:>9} {:>8} {:>8} {:>7}  STATE",
         "SHARD", "TABLE", "THROUGH", "LAG_ROWS", "LAG_S", "BATCHES", "DEDUP", "RESENT"
-    );
+    )?;
     for s in &r.shards {
         for (table, st) in [("events", &s.events), ("gaps", &s.gaps)] {
-            println!(
+            writeln!(
+                out,
                 "{:<22} {:<7} {:>12} {:>10} {:>9.1} {:>8} {:>8} {:>7}  {}",
-                s.file,
+                clean(&s.file),
                 table,
                 st.exported_through,
                 st.lag_rows,
@@ -164,13 +183,14 @@ fn print_report(r: &ExportReport) {
                 st.batches_sent,
                 st.batches_deduplicated,
                 st.batches_resent,
-                s.state
-            );
+                clean(&s.state)
+            )?;
         }
         if let Some(e) = &s.last_error {
-            println!("  last error ({} in a row): {e}", s.failures);
+            writeln!(out, "  last error ({} in a row): {}", s.failures, clean(e))?;
         }
     }
+    Ok(())
 }
 
 /// `eventctl query --cluster`: the same filters over the fleet.
@@ -208,7 +228,8 @@ pub fn fleet_query(
             |host, e| keep_going(out.borrow_mut().event_from(Some(host), e)),
             |host, g| keep_going(out.borrow_mut().gap_from(Some(host), g)),
         )
-        .with_context(|| format!("querying {}", client.url()))?;
+        .with_context(|| format!("querying {}", client.url()))
+        .map_err(shown)?;
     out.borrow_mut().flush().or_else(super::broken_pipe)?;
     if let Some(limit) = filter.limit {
         if events == limit || gaps == limit {
@@ -216,4 +237,45 @@ pub fn fleet_query(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventd::export::status::{ClusterStatus, SourceStatus};
+
+    /// What a cluster says about itself and its errors is printed escaped,
+    /// one line each.
+    #[test]
+    fn the_report_escapes_what_the_cluster_said() {
+        let hostile = "x\u{1b}]0;owned\u{7}\u{9b}2J\u{202e}\nforged";
+        let report = ExportReport {
+            host: "h".to_string(),
+            url: "http://127.0.0.1:8123/".to_string(),
+            database: "eventd".to_string(),
+            cluster: Some(ClusterStatus {
+                version: hostile.to_string(),
+                cluster: hostile.to_string(),
+                replicas: 1,
+                dedup_token: false,
+            }),
+            shards: vec![SourceStatus {
+                file: "shard-000.db".to_string(),
+                state: "retrying".to_string(),
+                failures: 1,
+                last_error: Some(hostile.to_string()),
+                ..SourceStatus::default()
+            }],
+        };
+        let mut out = Vec::new();
+        print_report(&mut out, &report).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        // Header, cluster, column names, two tables, the error.
+        assert_eq!(text.lines().count(), 6, "{text}");
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}']),
+            "{text:?}"
+        );
+        assert_eq!(text.matches("x\\u{1b}]0;owned").count(), 3, "{text}");
+    }
 }
