@@ -20,6 +20,7 @@
 //! - [`status`]: what `eventctl export status` and the metrics show.
 //! - [`init`]: the schema `eventctl export init` creates.
 //! - [`password`]: `ExportPasswordFile`, read without waiting on it.
+//! - [`redact`]: the password kept out of every text the export shows.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
 //!   fleet.
 
@@ -29,6 +30,7 @@ pub mod fleet;
 pub mod format;
 pub mod init;
 pub mod password;
+pub mod redact;
 pub mod source;
 pub mod state;
 pub mod status;
@@ -49,7 +51,10 @@ pub use status::{ExportReport, ExportStatus};
 /// The export keys of the configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ExportSettings {
-    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only).
+    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only). It holds no
+    /// credentials (the configuration refuses them); shown redacted all
+    /// the same.
+    #[serde(serialize_with = "redact::serialize_url")]
     pub url: String,
     /// `ExportDatabase` (restart-only).
     pub database: String,
@@ -228,7 +233,7 @@ impl Exporter {
             }
         }
         tracing::info!(
-            url = %inputs.settings.url,
+            url = %redact::url(&inputs.settings.url),
             database = %inputs.settings.database,
             host = %inputs.host,
             workers = count,

@@ -480,8 +480,8 @@ fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
 }
 
 fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
-    // What the cluster said is escaped where it was read (the client);
-    // this also covers the rest (a layout read off the server).
+    // What the cluster said is masked and escaped where it was read (the
+    // client); this also covers the rest (a layout read off the server).
     let message = ctx.cluster.client().shown(&e.to_string());
     let first =
         ctx.status.report().shards.iter().all(|s| {
