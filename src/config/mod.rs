@@ -145,6 +145,18 @@ pub enum ConfigError {
         value: String,
         allowed: String,
     },
+    /// A key that would show a secret: credentials belong in ExportUser
+    /// and ExportPasswordFile.
+    #[error(
+        "{key} = {value} holds {what}: credentials in it would be shown by `eventctl config`, \
+         `eventctl export status` and the log; set ExportUser, and put the password on the \
+         first line of the file ExportPasswordFile names"
+    )]
+    Credentials {
+        key: &'static str,
+        value: String,
+        what: &'static str,
+    },
     #[error("{first} ({first_path}) and {second} ({second_path}) {problem}")]
     Paths {
         first: &'static str,
@@ -191,7 +203,8 @@ impl ConfigFile {
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
         toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
+            // It quotes the line: an ExportUrl's credentials stay out.
+            message: crate::export::redact::patterns(e.to_string().trim_end()),
         })
     }
 
@@ -320,16 +333,25 @@ impl ConfigFile {
             return Ok(None);
         };
         let url = url.trim();
+        if let Some(what) = crate::export::redact::url_credentials(url) {
+            return Err(ConfigError::Credentials {
+                key: "ExportUrl",
+                value: format!("{:?}", crate::export::redact::url(url)),
+                what,
+            });
+        }
+        // Errors quote the value: shown without credentials all the same.
+        let url_shown = crate::export::redact::url(url);
         let rest = url.strip_prefix("http://").ok_or_else(|| {
             range(
                 "ExportUrl",
-                &url,
+                &url_shown,
                 "an http:// URL of ClickHouse's HTTP interface, such as \"http://127.0.0.1:8123/\" \
                  (https is not built in: put a local TLS proxy in front)",
             )
         })?;
         if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
-            return Err(range("ExportUrl", &url, "an http:// URL with a host"));
+            return Err(range("ExportUrl", &url_shown, "an http:// URL with a host"));
         }
         let database = self
             .export_database

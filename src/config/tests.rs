@@ -160,3 +160,38 @@ fn the_producer_group_follows_the_query_group_unless_set() {
         ("ops", "")
     );
 }
+
+#[test]
+fn credentials_in_export_url_are_refused_without_being_repeated() {
+    for url in [
+        "http://eventd:hunter2@10.0.0.5:8123/",
+        "http://10.0.0.5:8123/?user=eventd&password=hunter2",
+        "http://10.0.0.5:8123/?Password=hunter2",
+    ] {
+        let e = resolve(&format!("ExportUrl = \"{url}\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ExportUrl"), "{e}");
+        assert!(
+            e.contains("ExportPasswordFile") && e.contains("ExportUser"),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+    // A user name alone is refused too: it belongs in ExportUser.
+    let e = resolve("ExportUrl = \"http://eventd@10.0.0.5:8123/\"")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ExportUser"), "{e}");
+    // Another mistake in a URL with credentials does not show them either.
+    let e = resolve("ExportUrl = \"https://eventd:hunter2@10.0.0.5/\"")
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("hunter2"), "{e}");
+    let e = ConfigFile::parse("ExportUrl = http://u:hunter2@h/", Path::new("t.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains("hunter2"), "{e}");
+    let s = resolve("ExportUrl = \"http://10.0.0.5:8123/?database=x\"").unwrap();
+    assert_eq!(s.export.unwrap().url, "http://10.0.0.5:8123/?database=x");
+}

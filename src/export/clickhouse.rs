@@ -6,8 +6,13 @@
 //! Every request has a deadline (connect, then each read and write), so a
 //! server that stops answering (SIGSTOP, a network partition) costs a
 //! bounded wait and an error, never a hung thread.
+//!
+//! An error's text comes from the server or the transport: before it is
+//! returned (and so before anyone stores, logs or prints it) the password
+//! is masked ([`super::redact`]) and control characters are escaped
+//! ([`crate::query::render::clean`]).
 
-use base64::Engine;
+use super::redact::Redactor;
 use std::io::Read;
 use std::time::Duration;
 
@@ -17,7 +22,7 @@ const RESPONSE_BYTES_MAX: u64 = 256 << 20;
 /// Where the cluster is and who eventd is there.
 #[derive(Clone)]
 pub struct Endpoint {
-    /// `http://host:port/`, as `ExportUrl` says.
+    /// `http://host:port/`, as `ExportUrl` says (without credentials).
     pub url: String,
     pub user: Option<String>,
     pub password: Option<String>,
@@ -27,13 +32,14 @@ impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the password.
         f.debug_struct("Endpoint")
-            .field("url", &self.url)
+            .field("url", &super::redact::url(&self.url))
             .field("user", &self.user)
             .finish_non_exhaustive()
     }
 }
 
-/// What went wrong talking to ClickHouse.
+/// What went wrong talking to ClickHouse. Every text in it is safe to show:
+/// the password masked, control characters escaped.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ClickHouseError {
     /// The server answered with an error (its exception code and text).
@@ -68,6 +74,9 @@ pub struct Client {
     agent: ureq::Agent,
     endpoint: Endpoint,
     auth: Option<String>,
+    /// The URL as errors show it.
+    shown_url: String,
+    redactor: Redactor,
 }
 
 impl std::fmt::Debug for Client {
@@ -96,22 +105,28 @@ impl Client {
             .max_idle_connections_per_host(8)
             .user_agent(concat!("eventd/", env!("CARGO_PKG_VERSION")))
             .build();
-        let auth = endpoint.user.as_ref().map(|u| {
-            let pair = format!("{u}:{}", endpoint.password.as_deref().unwrap_or(""));
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(pair)
-            )
-        });
+        let (user, password) = (endpoint.user.as_deref(), endpoint.password.as_deref());
+        let auth = user.map(|u| super::redact::basic_authorization(u, password.unwrap_or("")));
+        let redactor = Redactor::new(user, password);
         Client {
             agent,
+            shown_url: super::redact::url(&endpoint.url),
             endpoint,
             auth,
+            redactor,
         }
     }
 
+    /// The server's URL, as it may be shown.
     pub fn url(&self) -> &str {
-        &self.endpoint.url
+        &self.shown_url
+    }
+
+    /// `text` (from the server, or any text that may quote a request) as
+    /// it may be stored, logged or shown: the password masked, control
+    /// characters escaped.
+    pub fn shown(&self, text: &str) -> String {
+        crate::query::render::clean(&self.redactor.redact(text)).into_owned()
     }
 
     /// The configured user and password, if a user is configured.
@@ -135,7 +150,7 @@ impl Client {
         &self,
         result: Result<ureq::Response, ureq::Error>,
     ) -> Result<Vec<u8>, ClickHouseError> {
-        let url = self.endpoint.url.clone();
+        let url = self.shown_url.clone();
         match result {
             Ok(response) => {
                 let mut body = Vec::new();
@@ -145,7 +160,7 @@ impl Client {
                     .read_to_end(&mut body)
                     .map_err(|e| ClickHouseError::Body {
                         url: url.clone(),
-                        message: e.to_string(),
+                        message: self.shown(&e.to_string()),
                     })?;
                 Ok(body)
             }
@@ -155,17 +170,17 @@ impl Client {
                     .into_reader()
                     .take(64 << 10)
                     .read_to_string(&mut text);
-                let message = text.trim().to_string();
                 Err(ClickHouseError::Server {
                     url,
                     status,
-                    code: error_code(&message),
-                    message,
+                    // A number: read before the masking, which could cut it.
+                    code: error_code(&text),
+                    message: self.shown(text.trim()),
                 })
             }
             Err(ureq::Error::Transport(t)) => Err(ClickHouseError::Transport {
                 url,
-                message: t.to_string(),
+                message: self.shown(&t.to_string()),
             }),
         }
     }
@@ -184,7 +199,7 @@ impl Client {
     pub fn text(&self, sql: &str, settings: &[(&str, &str)]) -> Result<String, ClickHouseError> {
         let body = self.run(sql, settings)?;
         String::from_utf8(body).map_err(|e| ClickHouseError::Body {
-            url: self.endpoint.url.clone(),
+            url: self.shown_url.clone(),
             message: e.to_string(),
         })
     }

@@ -19,6 +19,8 @@
 //! - [`walroom`]: reads held while a shard's WAL waits to start over.
 //! - [`status`]: what `eventctl export status` and the metrics show.
 //! - [`init`]: the schema `eventctl export init` creates.
+//! - [`password`]: `ExportPasswordFile`, read without waiting on it.
+//! - [`redact`]: the password kept out of every text the export shows.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
 //!   fleet.
 
@@ -27,6 +29,8 @@ pub mod cluster;
 pub mod fleet;
 pub mod format;
 pub mod init;
+pub mod password;
+pub mod redact;
 pub mod source;
 pub mod state;
 pub mod status;
@@ -41,12 +45,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use password::read_password_file;
 pub use status::{ExportReport, ExportStatus};
 
 /// The export keys of the configuration, checked.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ExportSettings {
-    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only).
+    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only). It holds no
+    /// credentials (the configuration refuses them); shown redacted all
+    /// the same.
+    #[serde(serialize_with = "redact::serialize_url")]
     pub url: String,
     /// `ExportDatabase` (restart-only).
     pub database: String,
@@ -58,25 +66,6 @@ pub struct ExportSettings {
     pub user: Option<String>,
     /// `ExportPasswordFile` (live; read again every few seconds).
     pub password_file: Option<PathBuf>,
-}
-
-/// The password in `path`: its first line. The file must not be readable
-/// by every local user.
-pub fn read_password_file(path: &Path) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| format!("ExportPasswordFile {}: {e}", path.display()))?;
-    if meta.mode() & 0o004 != 0 {
-        return Err(format!(
-            "ExportPasswordFile {} is readable by every local user (mode {:o}); \
-             chmod o-r it",
-            path.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("ExportPasswordFile {}: {e}", path.display()))?;
-    Ok(text.lines().next().unwrap_or("").to_string())
 }
 
 /// How the stage runs (internal sizes, set by tests and the load harness).
@@ -244,7 +233,7 @@ impl Exporter {
             }
         }
         tracing::info!(
-            url = %inputs.settings.url,
+            url = %redact::url(&inputs.settings.url),
             database = %inputs.settings.database,
             host = %inputs.host,
             workers = count,

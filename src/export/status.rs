@@ -98,11 +98,13 @@ pub struct ExportStatus {
 }
 
 impl ExportStatus {
+    /// The report of a stage exporting to `url` (shown without any
+    /// credentials it holds).
     pub fn new(host: &str, url: &str, database: &str) -> Self {
         ExportStatus {
             head: Mutex::new(ExportReport {
                 host: host.to_string(),
-                url: url.to_string(),
+                url: super::redact::url(url),
                 database: database.to_string(),
                 ..ExportReport::default()
             }),

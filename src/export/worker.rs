@@ -33,6 +33,7 @@ use super::status::{ClusterStatus, ExportStatus};
 use super::walroom::WalRoom;
 use super::ExportSettings;
 use crate::config::live::LiveConfig;
+use crate::query::render::clean;
 use crate::store::retention::{ExportFloors, Exported};
 use crate::store::StoreHealth;
 use crate::threads::Stop;
@@ -325,7 +326,8 @@ impl ExportWorker {
 
     fn say_once(&mut self, key: PathBuf, why: String) {
         if self.refused.get(&key) != Some(&why) {
-            tracing::error!(what = %key.display(), error = %why, "export: not usable");
+            tracing::error!(what = %clean(&key.display().to_string()), error = %clean(&why),
+                "export: not usable");
             self.refused.insert(key, why);
         }
     }
@@ -478,7 +480,9 @@ fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
 }
 
 fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
-    let message = e.to_string();
+    // What the cluster said is masked and escaped where it was read (the
+    // client); this also covers the rest (a layout read off the server).
+    let message = ctx.cluster.client().shown(&e.to_string());
     let first =
         ctx.status.report().shards.iter().all(|s| {
             s.instance != source.shard.instance || s.last_error.as_deref() != Some(&message)

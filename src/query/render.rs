@@ -19,16 +19,33 @@ pub struct Renderer<W: Write> {
     header_done: bool,
 }
 
-/// Text from producers is untrusted: control characters (escape sequences,
-/// newlines that would forge lines) are shown as `\u{..}` escapes.
-fn clean(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+/// Bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069):
+/// invisible, they make a terminal show the text around them in another
+/// order than it is.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// What [`clean`] escapes: control characters (C0, DEL, C1) and bidi
+/// controls.
+fn unsafe_on_screen(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
+/// Text from producers, and from the fleet (ClickHouse's answers and
+/// errors), is untrusted: control characters (escape sequences, newlines
+/// that would forge lines, C1 controls) and bidi controls are shown as
+/// `\u{..}` escapes. Every line `eventctl` prints and every ClickHouse
+/// text eventd logs goes through this; JSON output goes through
+/// [`json_safe`].
+pub fn clean(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(unsafe_on_screen) {
         return std::borrow::Cow::Borrowed(text);
     }
     std::borrow::Cow::Owned(
         text.chars()
             .map(|c| {
-                if c.is_control() {
+                if unsafe_on_screen(c) {
                     c.escape_unicode().to_string()
                 } else {
                     c.to_string()
@@ -36,6 +53,27 @@ fn clean(text: &str) -> std::borrow::Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// JSON text with DEL, the C1 controls and the bidi controls written as
+/// `\uXXXX` (serde_json escapes only C0 and leaves the rest to the reader,
+/// and a terminal acts on them). Outside its strings JSON text is ASCII, so
+/// these characters can only be inside strings, where the escape means
+/// the same character: the value read back is unchanged.
+pub fn json_safe(json: String) -> String {
+    let unsafe_in_json = |c: char| ('\u{7f}'..='\u{9f}').contains(&c) || is_bidi_control(c);
+    if !json.chars().any(unsafe_in_json) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_in_json(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn time(ts: i64) -> String {
@@ -66,16 +104,19 @@ impl<W: Write> Renderer<W> {
     pub fn event_from(&mut self, host: Option<&str>, e: &EventRow) -> std::io::Result<()> {
         let prefix = host.map_or_else(String::new, |h| format!("{} ", clean(h)));
         match self.format {
-            Output::Json => match host {
-                None => writeln!(self.out, "{}", serde_json::to_string(e)?),
-                Some(h) => {
-                    let mut v = serde_json::to_value(e)?;
-                    if let Some(map) = v.as_object_mut() {
-                        map.insert("host".to_string(), serde_json::Value::from(h));
+            Output::Json => {
+                let line = match host {
+                    None => serde_json::to_string(e)?,
+                    Some(h) => {
+                        let mut v = serde_json::to_value(e)?;
+                        if let Some(map) = v.as_object_mut() {
+                            map.insert("host".to_string(), serde_json::Value::from(h));
+                        }
+                        v.to_string()
                     }
-                    writeln!(self.out, "{v}")
-                }
-            },
+                };
+                writeln!(self.out, "{}", json_safe(line))
+            }
             Output::Text => {
                 write!(self.out, "{prefix}")?;
                 let level = level_name(e.level);
@@ -144,16 +185,19 @@ impl<W: Write> Renderer<W> {
     pub fn gap_from(&mut self, host: Option<&str>, g: &GapRow) -> std::io::Result<()> {
         let on = host.map_or_else(String::new, |h| format!(" on {}", clean(h)));
         match self.format {
-            Output::Json => match host {
-                None => writeln!(self.out, "{}", serde_json::json!({ "gap": g })),
-                Some(h) => writeln!(self.out, "{}", serde_json::json!({ "gap": g, "host": h })),
-            },
+            Output::Json => {
+                let v = match host {
+                    None => serde_json::json!({ "gap": g }),
+                    Some(h) => serde_json::json!({ "gap": g, "host": h }),
+                };
+                writeln!(self.out, "{}", json_safe(v.to_string()))
+            }
             _ => writeln!(
                 self.out,
                 "-- {} events lost{on} on cpu {} ({}, sequences {}..={}) between {} and {} --",
                 g.lost,
                 g.cpu,
-                g.reason,
+                clean(&g.reason),
                 g.from_seq,
                 g.to_seq,
                 if g.ts_before > 0 {
@@ -179,5 +223,48 @@ mod tests {
     fn control_characters_from_producers_are_escaped() {
         assert_eq!(clean("plain ✓"), "plain ✓");
         assert_eq!(clean("a\x1b[2Jb\nc"), "a\\u{1b}[2Jb\\u{a}c");
+    }
+
+    #[test]
+    fn c1_and_bidi_controls_are_escaped_on_screen_and_in_json() {
+        let text = "csi\u{9b}2J rtl\u{202e}txt iso\u{2066}x\u{2069} del\u{7f} é";
+        assert_eq!(
+            clean(text),
+            "csi\\u{9b}2J rtl\\u{202e}txt iso\\u{2066}x\\u{2069} del\\u{7f} é"
+        );
+        let json = json_safe(serde_json::json!({ "m": text }).to_string());
+        assert_eq!(
+            json,
+            r#"{"m":"csi\u009b2J rtl\u202etxt iso\u2066x\u2069 del\u007f é"}"#
+        );
+        let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(back["m"], text);
+        // Left alone: ordinary text, and the escapes serde_json writes.
+        let plain = serde_json::json!({ "m": "a\u{1b}b ✓" }).to_string();
+        assert_eq!(json_safe(plain.clone()), plain);
+    }
+
+    /// A fleet gap's reason comes from ClickHouse: escaped like the rest.
+    #[test]
+    fn a_gap_reason_is_escaped() {
+        let gap = GapRow {
+            ring_epoch: 1,
+            cpu: 0,
+            from_seq: 1,
+            to_seq: 2,
+            lost: 2,
+            reason: "x\u{1b}[2J\u{202e}\nforged".to_string(),
+            ts_before: 0,
+            detected_at: 1,
+        };
+        for format in [Output::Text, Output::Table, Output::Json] {
+            let mut out = Vec::new();
+            Renderer::new(&mut out, format, false)
+                .gap_from(Some("h"), &gap)
+                .unwrap();
+            let out = String::from_utf8(out).unwrap();
+            assert_eq!(out.lines().count(), 1, "{out}");
+            assert!(!out.contains(['\u{1b}', '\u{202e}']), "{out:?}");
+        }
     }
 }

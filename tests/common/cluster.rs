@@ -70,6 +70,25 @@ pub struct Options {
     pub keep_dir: bool,
     /// `PR_SET_PDEATHSIG = SIGKILL` on every child (see the module docs).
     pub die_with_parent: bool,
+    /// Users besides `default` (which has no password), each with a
+    /// profile of its own.
+    pub users: Vec<User>,
+}
+
+/// A ClickHouse user of the test servers.
+#[derive(Clone, Debug)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+    /// Its profile's settings (`max_query_size`, ...), over the defaults.
+    pub settings: Vec<(String, String)>,
+}
+
+/// `text` with XML's special characters escaped.
+fn xml_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 impl Default for Options {
@@ -85,6 +104,7 @@ impl Default for Options {
             http_timeout: Duration::from_secs(60),
             keep_dir: std::env::var("EVENTD_CLUSTER_KEEP").is_ok_and(|v| v == "1"),
             die_with_parent: true,
+            users: Vec::new(),
         }
     }
 }
@@ -976,19 +996,35 @@ impl Cluster {
             ),
             None => String::new(),
         };
+        let (mut profiles, mut users) = (String::new(), String::new());
+        for u in &self.opts.users {
+            let settings: String = u
+                .settings
+                .iter()
+                .map(|(k, v)| format!("<{k}>{}</{k}>", xml_text(v)))
+                .collect();
+            profiles.push_str(&format!("<{n}>{profile}{settings}</{n}>", n = u.name));
+            users.push_str(&format!(
+                "\n    <{n}>\n      <password>{pw}</password>\n      \
+                 <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>\n      \
+                 <profile>{n}</profile>\n      <quota>default</quota>\n    </{n}>",
+                n = u.name,
+                pw = xml_text(&u.password)
+            ));
+        }
         std::fs::write(
             d.join("users.xml"),
             format!(
                 r#"<?xml version="1.0"?>
 <yandex>
-  <profiles><default>{profile}</default></profiles>
+  <profiles><default>{profile}</default>{profiles}</profiles>
   <users>
     <default>
       <password></password>
       <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
       <profile>default</profile>
       <quota>default</quota>
-    </default>
+    </default>{users}
   </users>
   <quotas><default></default></quotas>
 </yandex>

@@ -5,7 +5,7 @@ use eventd::config::Settings;
 use eventd::export::clickhouse::{Client, Endpoint};
 use eventd::export::fleet::{FleetCursor, FleetQuery};
 use eventd::export::status::ExportReport;
-use eventd::query::render::{Output, Renderer};
+use eventd::query::render::{clean, json_safe, Output, Renderer};
 use eventd::query::{Filter, Request};
 use std::io::Write;
 use std::path::PathBuf;
@@ -66,6 +66,14 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
     else {
         bail!("no ClickHouse URL: give --url (or set ExportUrl in the configuration)");
     };
+    if let Some(what) = eventd::export::redact::url_credentials(&url) {
+        bail!(
+            "the URL {} holds {what}: give the user with ExportUser (or --user for export \
+             init) and the password on the first line of a file named by ExportPasswordFile \
+             (or --password-file)",
+            clean(&eventd::export::redact::url(&url))
+        );
+    }
     let database = args
         .database
         .clone()
@@ -92,19 +100,28 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
 }
 
 pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
-    match command {
-        ExportCommand::Init(args) => {
-            let (client, database) = connect(settings, &args.cluster)?;
-            let done = eventd::export::init::init(&client, &database, &args.cluster_name)
-                .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
-            let mut out = Stdout::lock();
-            for line in done {
-                writeln!(out, "{line}")?;
-            }
-            Ok(out.flush()?)
-        }
+    let done = match command {
+        ExportCommand::Init(args) => init(settings, &args),
         ExportCommand::Status(args) => status(settings, args.output),
+    };
+    done.map_err(shown)
+}
+
+/// An error whose text may quote the cluster (its errors, a server's DDL
+/// failures), as one line with control characters escaped.
+fn shown(e: anyhow::Error) -> anyhow::Error {
+    anyhow::Error::msg(clean(&eventd::errors::error_chain(e.as_ref())).into_owned())
+}
+
+fn init(settings: &Settings, args: &InitArgs) -> anyhow::Result<()> {
+    let (client, database) = connect(settings, &args.cluster)?;
+    let done = eventd::export::init::init(&client, &database, &args.cluster_name)
+        .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+    let mut out = Stdout::lock();
+    for line in done {
+        writeln!(out, "{}", clean(&line))?;
     }
+    Ok(out.flush()?)
 }
 
 fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
@@ -126,7 +143,7 @@ fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
     }
     let mut out = Stdout::lock();
     if output == Output::Json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&export)?)?;
+        writeln!(out, "{}", json_safe(serde_json::to_string_pretty(&export)?))?;
     } else {
         let report: ExportReport = serde_json::from_value(export).context("reading the report")?;
         print_report(&mut out, &report)?;
@@ -134,19 +151,23 @@ fn status(settings: &Settings, output: Output) -> anyhow::Result<()> {
     Ok(out.flush()?)
 }
 
+/// The report as text. Its texts (the cluster's name, version and errors,
+/// file names) are printed through `clean`: they may come from the cluster.
 fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
     writeln!(
         out,
         "host {} exporting to {} database {}",
-        r.host, r.url, r.database
+        clean(&r.host),
+        clean(&r.url),
+        clean(&r.database)
     )?;
     if let Some(c) = &r.cluster {
         writeln!(
             out,
             "cluster {} ({} replicas), ClickHouse {}{}",
-            c.cluster,
+            clean(&c.cluster),
             c.replicas,
-            c.version,
+            clean(&c.version),
             if c.dedup_token {
                 ", deduplication tokens"
             } else {
@@ -164,7 +185,7 @@ fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
             writeln!(
                 out,
                 "{:<22} {:<7} {:>12} {:>10} {:>9.1} {:>8} {:>8} {:>7}  {}",
-                s.file,
+                clean(&s.file),
                 table,
                 st.exported_through,
                 st.lag_rows,
@@ -172,11 +193,11 @@ fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
                 st.batches_sent,
                 st.batches_deduplicated,
                 st.batches_resent,
-                s.state
+                clean(&s.state)
             )?;
         }
         if let Some(e) = &s.last_error {
-            writeln!(out, "  last error ({} in a row): {e}", s.failures)?;
+            writeln!(out, "  last error ({} in a row): {}", s.failures, clean(e))?;
         }
     }
     Ok(())
@@ -228,7 +249,8 @@ pub fn fleet_query(
                 keep_going(out.borrow_mut().gap_from(Some(host), g))
             },
         )
-        .with_context(|| format!("querying {}", client.url()))?;
+        .with_context(|| format!("querying {}", client.url()))
+        .map_err(shown)?;
     if let Some(e) = failed.into_inner() {
         return Err(e.into());
     }
@@ -239,4 +261,45 @@ pub fn fleet_query(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use eventd::export::status::{ClusterStatus, SourceStatus};
+
+    /// What a cluster says about itself and its errors is printed escaped,
+    /// one line each.
+    #[test]
+    fn the_report_escapes_what_the_cluster_said() {
+        let hostile = "x\u{1b}]0;owned\u{7}\u{9b}2J\u{202e}\nforged";
+        let report = ExportReport {
+            host: "h".to_string(),
+            url: "http://127.0.0.1:8123/".to_string(),
+            database: "eventd".to_string(),
+            cluster: Some(ClusterStatus {
+                version: hostile.to_string(),
+                cluster: hostile.to_string(),
+                replicas: 1,
+                dedup_token: false,
+            }),
+            shards: vec![SourceStatus {
+                file: "shard-000.db".to_string(),
+                state: "retrying".to_string(),
+                failures: 1,
+                last_error: Some(hostile.to_string()),
+                ..SourceStatus::default()
+            }],
+        };
+        let mut out = Vec::new();
+        print_report(&mut out, &report).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        // Header, cluster, column names, two tables, the error.
+        assert_eq!(text.lines().count(), 6, "{text}");
+        assert!(
+            !text.contains(['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}']),
+            "{text:?}"
+        );
+        assert_eq!(text.matches("x\\u{1b}]0;owned").count(), 3, "{text}");
+    }
 }
