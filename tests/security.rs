@@ -25,7 +25,7 @@ use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -1244,5 +1244,218 @@ fn a_damaged_shard_is_never_written_again_even_after_its_successor_is_gone() {
         std::fs::read(&first).unwrap(),
         damaged_bytes,
         "written again"
+    );
+}
+
+/// Gap rows a `query --output json ARGS...` prints: (reason, lost).
+fn query_gaps(data: &Path, args: &[&str]) -> Vec<(String, u64)> {
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["query", "--output", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|v| {
+            let g = v.get("gap")?;
+            Some((g["reason"].as_str()?.to_string(), g["lost"].as_u64()?))
+        })
+        .collect()
+}
+
+/// Historical shard files (written by an earlier configuration with more
+/// shards) damaged while eventd was stopped: one cut to half its length,
+/// one emptied. Both are named as damaged in the log, `eventctl shards` and
+/// `eventctl stats`, and never written again. What they lost is counted
+/// once and shows in queries: the cut file held events of a ring still in
+/// use, which the drains read again (the rows the file still gives up are
+/// not stored twice, the rest is stored again from the ring); the emptied
+/// file held events of a ring that is gone (its file was removed), which
+/// only its manifest can count: a `damaged` gap row with exactly that many.
+#[test]
+fn damaged_historical_shards_are_named_and_what_they_lost_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let store = data.join("store");
+    let four = config(dir.path(), "StorageShards = 4\n");
+    let two = dir.path().join("two.toml");
+    std::fs::write(&two, "StorageShards = 2\n").unwrap();
+    let stripes = ["--stripe-len", "16"];
+    let eventd = Eventd::start_with(&data, Some(&four), &stripes);
+    // Each CPU's ring owns two of the four shards (R4): cpu 0 writes
+    // shards 0 and 2, cpu 1 shards 1 and 3.
+    let sent: Vec<Vec<String>> = (0..2)
+        .map(|cpu| numbered(&format!("before the damage on {cpu}"), 1_000))
+        .collect();
+    for (cpu, messages) in sent.iter().enumerate() {
+        let mut cmd = Command::new(EVENTCTL);
+        pin(&mut cmd, cpu);
+        let mut child = cmd
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["emit", "--provider", "before", "--stdin"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        for m in messages {
+            writeln!(stdin, "{m}").unwrap();
+        }
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+    }
+    wait_for_events(&data, 2_000);
+    eventd.stop();
+    let (cut, emptied) = (store.join("shard-002.db"), store.join("shard-003.db"));
+    let held = |p: &Path| {
+        Connection::open_with_flags(p, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap()
+            .query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
+            .unwrap() as u64
+    };
+    let (cut_held, emptied_held) = (held(&cut), held(&emptied));
+    assert!(
+        cut_held > 0 && emptied_held > 0,
+        "{cut_held} {emptied_held}"
+    );
+    assert!(
+        std::fs::read_to_string(side(&emptied, ".manifest")).is_ok(),
+        "a manifest beside the file"
+    );
+    // cpu 1's ring goes (an operator's cleanup): its next ring has a new
+    // epoch, and the events of the old one that were only in the emptied
+    // file can be read back from nowhere.
+    std::fs::remove_file(data.join("kmes/cpu-001.ring")).unwrap();
+    let len = std::fs::metadata(&cut).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&emptied)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    for p in [&cut, &emptied] {
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(side(p, suffix));
+        }
+    }
+    let cut_bytes = std::fs::read(&cut).unwrap();
+
+    let eventd = Eventd::start_with(&data, Some(&two), &stripes);
+    let log = read(&eventd.log);
+    for p in [&cut, &emptied] {
+        assert!(
+            log.lines().any(|l| l.contains("ERROR")
+                && l.contains("damaged")
+                && l.contains(&p.display().to_string())),
+            "{} not named as damaged:\n{log}",
+            p.display()
+        );
+    }
+    let stats = eventctl_json(&data, "stats");
+    let listed = stats["stats"]["damaged_shard_files"].as_array().unwrap();
+    let shards = eventctl_json(&data, "shards");
+    for p in [&cut, &emptied] {
+        let name = p.display().to_string();
+        assert!(
+            listed.iter().any(|d| d["path"].as_str() == Some(&name)),
+            "{name} not in stats: {stats}"
+        );
+        let s = shards["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"].as_str() == Some(&name))
+            .unwrap_or_else(|| panic!("{name} not in shards: {shards}"));
+        assert_eq!(s["damaged"], true, "{s}");
+    }
+    // cpu 0's events: every one once, from what the cut file still holds
+    // and what the drain read again from the ring.
+    wait_until("cpu 0's events, stored again", || {
+        let (events, _) = query(&data, &["--provider", "before", "--cpu", "0"]);
+        events.len() >= sent[0].len()
+    });
+    let (events, _) = query(&data, &["--provider", "before", "--cpu", "0"]);
+    let counts = message_counts(&events);
+    assert!(
+        sent[0].iter().all(|m| counts.get(m) == Some(&1)) && counts.len() == sent[0].len(),
+        "cpu 0: {} of {} distinct, {} rows",
+        counts.len(),
+        sent[0].len(),
+        events.len()
+    );
+    // cpu 1's: those in the intact file, and the emptied file's counted.
+    let reason = |p: &Path| format!("damaged: {}", p.file_name().unwrap().to_string_lossy());
+    let mut gaps = Vec::new();
+    wait_until("the loss record", || {
+        gaps = query_gaps(&data, &["--since", "1h"]);
+        gaps.iter().any(|g| g.0.starts_with("damaged: "))
+    });
+    let recorded: Vec<(String, u64)> = gaps
+        .iter()
+        .filter(|g| g.0.starts_with("damaged: "))
+        .cloned()
+        .collect();
+    assert_eq!(recorded, vec![(reason(&emptied), emptied_held)], "{gaps:?}");
+    let (events, _) = query(&data, &["--provider", "before", "--cpu", "1"]);
+    assert_eq!(
+        events.len() as u64 + emptied_held,
+        sent[1].len() as u64,
+        "cpu 1: stored {} + recorded lost {emptied_held}",
+        events.len()
+    );
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["query", "--since", "1h", "--provider", "before"])
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains(&format!("at least {emptied_held} events lost"))
+            && shown.contains(&reason(&emptied)),
+        "{shown}"
+    );
+    eventd.stop();
+    for p in [&cut, &emptied] {
+        assert!(
+            side(p, ".loss").exists(),
+            "{}: its loss is not noted as accounted",
+            p.display()
+        );
+    }
+
+    // Counted once: a restart adds no second record and reads nothing again.
+    let eventd = Eventd::start_with(&data, Some(&two), &stripes);
+    emit_all(&data, "later", &numbered("later", 10));
+    wait_until("the later events", || {
+        query(&data, &["--provider", "later"]).0.len() == 10
+    });
+    let again = query_gaps(&data, &["--since", "1h"]);
+    assert_eq!(
+        again
+            .iter()
+            .filter(|g| g.0.starts_with("damaged: "))
+            .count(),
+        1,
+        "{again:?}"
+    );
+    let messages = check_nothing_stored_twice(&data);
+    assert!(sent[0].iter().all(|m| messages.get(m) == Some(&1)));
+    eventd.stop();
+    assert_eq!(std::fs::read(&cut).unwrap(), cut_bytes, "written again");
+    assert_eq!(std::fs::metadata(&emptied).unwrap().len(), 0);
+    eprintln!(
+        "held {cut_held} (cut, read again from the ring) and {emptied_held} (emptied, \
+         recorded lost)"
     );
 }

@@ -151,6 +151,7 @@ impl Daemon {
         let databases = layout.with_files(active.files.iter().map(|(p, _)| p));
         let trust = lock.previous != PreviousRun::KilledEarlierBoot;
         let plans = store::recovery::plan_rings(&databases, &rings.all(), trust, &active.health);
+
         // 8. One writer per shard (R8), each with its channel (R9).
         let shared = Shared::new(settings, &rings, &plans, active.health.clone(), shard_mode);
         let capacity = tunables.channel_for(layout.shards);

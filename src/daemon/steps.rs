@@ -270,7 +270,16 @@ pub(super) fn ring_epochs(kmes_dir: &Path, drained: &[Arc<CurrentRing>]) -> Opti
 /// Brings the historical shards' schema up to date (their instance ids, for
 /// the export stage); a file that cannot be migrated is logged and left.
 pub(super) fn migrate_historical(settings: &Settings, health: &store::StoreHealth) {
-    for (path, error) in store::migrate_historical(&settings.store_dir, health) {
+    let found = store::migrate_historical(&settings.store_dir, health);
+    for (path, damage) in found.damaged {
+        tracing::error!(
+            shard = %path.display(),
+            damage = %damage,
+            "historical shard file damaged: left as it is (queries read what they still can; \
+             retention and the export stage leave it alone)"
+        );
+    }
+    for (path, error) in found.failed {
         tracing::warn!(
             shard = %path.display(),
             error = %error,

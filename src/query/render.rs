@@ -192,6 +192,18 @@ impl<W: Write> Renderer<W> {
                 };
                 writeln!(self.out, "{}", json_safe(v.to_string()))
             }
+            _ if g.cpu == crate::store::loss::STORE_CPU => writeln!(
+                self.out,
+                "-- at least {} events lost{on}: {} (found {}); they were stored from {} on --",
+                g.lost,
+                clean(&g.reason),
+                time(g.detected_at),
+                if g.ts_before > 0 {
+                    time(g.ts_before)
+                } else {
+                    "an unknown time".to_string()
+                },
+            ),
             _ => writeln!(
                 self.out,
                 "-- {} events lost{on} on cpu {} ({}, sequences {}..={}) between {} and {} --",

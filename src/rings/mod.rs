@@ -136,12 +136,6 @@ impl Ring {
         self.cpu
     }
 
-    /// When the ring was made (ns since the Unix epoch, from its header).
-    #[cfg(not(loom))]
-    pub fn created_ns(&self) -> u64 {
-        self.created_ns
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }

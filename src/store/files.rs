@@ -31,6 +31,16 @@ fn shard_name(name: &str) -> Option<(usize, u32)> {
         .map(|i| (i, generation))
 }
 
+/// Whether `path`'s name is one of eventd's shard names (`shard-NNN.db`,
+/// `shard-NNN-gG.db`): a file eventd made whole, so one without its schema
+/// is damage, not a stranger's database.
+pub fn is_shard_file(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(shard_name)
+        .is_some()
+}
+
 /// The newest generation of shard `index` in the store, if any exists.
 fn newest_generation(store_dir: &Path, index: usize) -> Option<u32> {
     let entries = std::fs::read_dir(store_dir).ok()?;

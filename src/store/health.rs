@@ -31,6 +31,17 @@ struct State {
     damaged: Vec<Damaged>,
     /// Files a reader found corrupt, for their writers to act on.
     suspects: Vec<(PathBuf, String)>,
+    /// Damaged files whose losses (see [`super::loss`]) the next commit of
+    /// any writer stores: each file and when it was found damaged.
+    losses: Vec<(PathBuf, i64)>,
+    /// Ring epochs the drains read again at start for damaged files (see
+    /// `recovery::plan_rings`), and when that was decided: what a file
+    /// found damaged before then lost of them is counted by the drains.
+    reread: Vec<u64>,
+    reread_at: i64,
+    /// Losses stored whose rings the drains still read again: accounted
+    /// once the commits reach what the file held (see [`super::loss`]).
+    awaiting: Vec<super::loss::Loss>,
 }
 
 /// See the module docs.
@@ -43,6 +54,11 @@ pub struct StoreHealth {
     /// Set while `suspects` is not empty: writers look at it after every
     /// commit, without the lock.
     suspected: AtomicBool,
+    /// Set while `losses` is not empty: writers look at it at every
+    /// commit, without the lock.
+    losses_pending: AtomicBool,
+    /// Set while `awaiting` is not empty: as `losses_pending`.
+    losses_awaiting: AtomicBool,
     /// What time each file covers (kept here because every stage that
     /// shares this record needs it: writers widen it, retention marks the
     /// gaps it adds, queries read it).
@@ -58,8 +74,10 @@ impl StoreHealth {
     /// recorded beside each damaged file in a marker of `mode` (see
     /// [`super::record_damage`]), and the markers already in `store_dir`
     /// are read in.
+    /// A damaged file whose loss is not stored yet (an earlier eventd
+    /// stopped before it could be) has it counted again now.
     pub fn new(active: Vec<PathBuf>, store_dir: &Path, mode: crate::access::Mode) -> Self {
-        let damaged = super::recorded_damages(store_dir)
+        let damaged: Vec<Damaged> = super::recorded_damages(store_dir)
             .into_iter()
             .map(|(path, reason, found_at)| Damaged {
                 path,
@@ -68,16 +86,125 @@ impl StoreHealth {
                 replaced_by: None,
             })
             .collect();
+        let losses: Vec<(PathBuf, i64)> = damaged
+            .iter()
+            .filter(|d| !super::loss::recorded(&d.path))
+            .map(|d| (d.path.clone(), d.found_at))
+            .collect();
         StoreHealth {
+            losses_pending: AtomicBool::new(!losses.is_empty()),
+            losses_awaiting: AtomicBool::new(false),
             state: Mutex::new(State {
                 active,
                 damaged,
+                losses,
                 ..State::default()
             }),
             mode: Some(mode),
             suspected: AtomicBool::new(false),
             zones: Default::default(),
         }
+    }
+
+    /// The ring epochs the drains read again for the damaged files known
+    /// now (recovery's plans).
+    pub fn set_reread(&self, epochs: Vec<u64>) {
+        let mut s = self.lock();
+        s.reread = epochs;
+        s.reread_at = crate::rings::now_ns();
+    }
+
+    /// The damaged files' losses waiting to be stored, counted now (taken:
+    /// the caller stores them, or gives them back with
+    /// [`StoreHealth::give_back`]). Reads what is left of each file.
+    pub fn take_losses(&self) -> Vec<super::loss::Loss> {
+        // Relaxed: a hint that spares the lock; the list is read under it.
+        if !self.losses_pending.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let (pending, reread, reread_at) = {
+            let mut s = self.lock();
+            self.losses_pending.store(false, Ordering::Relaxed);
+            (std::mem::take(&mut s.losses), s.reread.clone(), s.reread_at)
+        };
+        pending
+            .into_iter()
+            .filter_map(|(path, found_at)| {
+                let reread = |epoch| found_at <= reread_at && reread.contains(&epoch);
+                super::loss::loss_of(&path, found_at, reread)
+            })
+            .collect()
+    }
+
+    /// Losses a commit could not store, for the next one.
+    pub fn give_back(&self, losses: Vec<super::loss::Loss>) {
+        if losses.is_empty() {
+            return;
+        }
+        let mut s = self.lock();
+        s.losses
+            .extend(losses.into_iter().map(|l| (l.path, l.found_at)));
+        self.losses_pending.store(true, Ordering::Relaxed);
+    }
+
+    /// Losses a commit stored: noted beside each damaged file, or, for a
+    /// file whose rings the drains read again, once their commits reach
+    /// what it held ([`StoreHealth::check_awaiting`]).
+    pub fn stored(&self, losses: Vec<super::loss::Loss>) {
+        let (done, waiting): (Vec<_>, Vec<_>) =
+            losses.into_iter().partition(|l| l.reread.is_empty());
+        self.note_recorded(&done);
+        if !waiting.is_empty() {
+            self.lock().awaiting.extend(waiting);
+            self.losses_awaiting.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Notes each loss whose rings' commits (by `watermark`: every sequence
+    /// number of a ring epoch at or below it is committed) have reached
+    /// what its file held.
+    pub fn check_awaiting(&self, watermark: impl Fn(u64) -> u64) {
+        // Relaxed: a hint that spares the lock.
+        if !self.losses_awaiting.load(Ordering::Relaxed) {
+            return;
+        }
+        let done: Vec<_> = {
+            let mut s = self.lock();
+            let (done, waiting) = std::mem::take(&mut s.awaiting)
+                .into_iter()
+                .partition(|l| l.reread.iter().all(|&(e, max)| watermark(e) >= max));
+            s.awaiting = waiting;
+            self.losses_awaiting
+                .store(!s.awaiting.is_empty(), Ordering::Relaxed);
+            done
+        };
+        self.note_recorded(&done);
+    }
+
+    fn note_recorded(&self, losses: &[super::loss::Loss]) {
+        if let Some(mode) = self.mode {
+            for loss in losses {
+                super::loss::mark_recorded(loss, mode);
+            }
+        }
+    }
+
+    /// Queues `path`'s loss for the next commit, unless it is stored or
+    /// queued already.
+    fn queue_loss(&self, path: &Path, found_at: i64) {
+        if super::loss::recorded(path) {
+            return;
+        }
+        let mut s = self.lock();
+        if !s.losses.iter().any(|l| l.0 == path) {
+            s.losses.push((path.to_path_buf(), found_at));
+            self.losses_pending.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The mode of the files beside the shards (markers, manifests).
+    pub fn mode(&self) -> crate::access::Mode {
+        self.mode.unwrap_or(crate::access::Mode::PRIVATE)
     }
 
     /// The files' time maps (see [`super::zones`]).
@@ -117,6 +244,7 @@ impl StoreHealth {
     /// Records a damaged file (and, for an active shard, the file it writes
     /// from now on).
     pub fn mark_damaged(&self, damaged: Damaged, shard: Option<usize>) {
+        self.queue_loss(&damaged.path, damaged.found_at);
         let mut s = self.lock();
         if let (Some(j), Some(next)) = (shard, &damaged.replaced_by) {
             if let Some(slot) = s.active.get_mut(j) {
@@ -177,7 +305,10 @@ impl StoreHealth {
                 replaced_by: None,
             };
             self.record(&damaged);
+            let (path, found_at) = (damaged.path.clone(), damaged.found_at);
             s.damaged.push(damaged);
+            drop(s);
+            self.queue_loss(&path, found_at);
             return;
         }
         if s.suspects.len() < DAMAGED_MAX {

@@ -10,6 +10,8 @@ pub mod active;
 mod files;
 pub mod health;
 pub mod indexes;
+pub mod loss;
+pub mod manifest;
 mod open;
 pub mod raw_select;
 pub mod recovery;
@@ -25,7 +27,10 @@ pub use files::{
     recorded_damage, recorded_damages, shard_generation_path, shard_path, side_file,
 };
 pub use health::{Damaged, StoreHealth};
-pub use open::{check_structure, migrate_historical, open_historical, open_shard, open_shard_with};
+pub use open::{
+    check_structure, migrate_historical, open_historical, open_shard, open_shard_with,
+    HistoricalFiles,
+};
 pub use recovery::ReceiptReader;
 pub use writer::{ShardWriter, WriterShared, WriterStats};
 

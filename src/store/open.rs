@@ -228,6 +228,18 @@ fn schema_version(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
 /// runs work on every version (start-up migrates historical files once,
 /// [`migrate_historical`]).
 pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
+    let conn = open_historical_trusted(path)?;
+    if schema_version(&conn, path)? < 1 {
+        return Err(StoreError::NotAShard {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(conn)
+}
+
+/// A read-write connection to historical file `path`, if it and its `-wal`
+/// and `-shm` are trusted (eventd's user's own, no symbolic links).
+fn open_historical_trusted(path: &Path) -> Result<Connection, StoreError> {
     configure_sqlite();
     let err = |source| StoreError::Open {
         path: path.to_path_buf(),
@@ -260,59 +272,118 @@ pub fn open_historical(path: &Path) -> Result<Connection, StoreError> {
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(err)?;
-    if schema_version(&conn, path)? < 1 {
-        return Err(StoreError::NotAShard {
-            path: path.to_path_buf(),
-        });
-    }
     conn.pragma_update(None, "busy_timeout", 5000)
         .map_err(err)?;
     Ok(conn)
 }
 
-/// Brings the schema of every historical shard in `store_dir` (neither
-/// active nor damaged) up to date, once at start-up, before any thread
-/// writes one: the export stage needs each file's instance id (migration
-/// 4). A file that cannot be migrated is left as it is; the problems are
-/// returned for the log.
-pub fn migrate_historical(
-    store_dir: &Path,
-    health: &super::StoreHealth,
-) -> Vec<(std::path::PathBuf, String)> {
+/// What start-up found of the historical shards (see
+/// [`migrate_historical`]).
+#[derive(Debug, Default)]
+pub struct HistoricalFiles {
+    /// Files found damaged now (recorded in the store's health, with their
+    /// loss): the file and why.
+    pub damaged: Vec<(std::path::PathBuf, String)>,
+    /// Files left as they are for another reason (not eventd's, a newer
+    /// schema, an I/O error): the file and why.
+    pub failed: Vec<(std::path::PathBuf, String)>,
+}
+
+/// Checks and migrates every historical shard in `store_dir` (neither
+/// active nor known damaged), once at start-up, before any thread writes
+/// one: the same cheap check as an active shard's (a file with one of
+/// eventd's shard names and no eventd schema, emptied or cut short, is
+/// damage), then the schema brought up to date (the export stage needs
+/// each file's instance id, and its manifest the event count), then its
+/// manifest written. A damaged file is recorded in `health` (marker, log,
+/// `eventctl shards`, and its loss); any other problem leaves the file as
+/// it is.
+pub fn migrate_historical(store_dir: &Path, health: &super::StoreHealth) -> HistoricalFiles {
+    let mut found = HistoricalFiles::default();
     let active = health.actives();
     let paths = match super::list_databases(store_dir) {
         Ok(p) => p,
-        Err(e) => return vec![(store_dir.to_path_buf(), e.to_string())],
+        Err(e) => {
+            found.failed.push((store_dir.to_path_buf(), e.to_string()));
+            return found;
+        }
     };
-    let mut failed = Vec::new();
     for path in paths {
         if active.contains(&path) || health.is_damaged(&path) {
             continue;
         }
-        let migrated = open_historical(&path).and_then(|mut conn| {
-            let current: i64 = conn
-                .query_row("PRAGMA user_version", [], |r| r.get(0))
-                .map_err(|source| StoreError::Open {
-                    path: path.clone(),
-                    source,
-                })?;
-            if current == schema::SCHEMA_VERSION {
-                return Ok(());
+        match check_historical(&path, health.mode()) {
+            Ok(()) => {}
+            Err(StoreError::Damaged { reason, .. }) => {
+                health.mark_damaged(
+                    super::Damaged {
+                        path: path.clone(),
+                        reason: reason.clone(),
+                        found_at: crate::rings::now_ns(),
+                        replaced_by: None,
+                    },
+                    None,
+                );
+                found.damaged.push((path, reason));
             }
-            schema::migrate(&mut conn)
-                .map_err(|source| StoreError::Open {
-                    path: path.clone(),
-                    source,
-                })?
-                .map_err(|found| StoreError::NewerSchema {
-                    path: path.clone(),
-                    found,
-                    supported: schema::SCHEMA_VERSION,
-                })
-        });
-        if let Err(e) = migrated {
-            failed.push((path, e.to_string()));
+            Err(e) => found.failed.push((path, e.to_string())),
         }
     }
-    failed
+    found
+}
+
+/// The check, migration and manifest of one historical file.
+fn check_historical(path: &Path, mode: crate::access::Mode) -> Result<(), StoreError> {
+    let mut conn = open_historical_unchecked(path)?;
+    let damaged = |reason: String| StoreError::Damaged {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let found = schema_version(&conn, path).map_err(|e| match e {
+        StoreError::Open { source, .. } if is_damage(&source) => damaged(source.to_string()),
+        other => other,
+    })?;
+    if found == 0 {
+        return Err(if super::files::is_shard_file(path) {
+            damaged(
+                "it has no eventd schema (emptied, truncated, or its first page overwritten); \
+                 eventd never makes a shard in place"
+                    .to_string(),
+            )
+        } else {
+            StoreError::NotAShard {
+                path: path.to_path_buf(),
+            }
+        });
+    }
+    check_structure(&conn, path).map_err(damaged)?;
+    // Ours and whole: closing may checkpoint again.
+    let err = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+        .map_err(err)?;
+    schema::migrate(&mut conn)
+        .map_err(err)?
+        .map_err(|found| StoreError::NewerSchema {
+            path: path.to_path_buf(),
+            found,
+            supported: schema::SCHEMA_VERSION,
+        })?;
+    super::manifest::refresh(&conn, path, mode);
+    Ok(())
+}
+
+/// [`open_historical`]'s trust checks and connection, without its schema
+/// test, and with no checkpoint on close until the caller knows the file
+/// is whole and eventd's (as for an active shard).
+fn open_historical_unchecked(path: &Path) -> Result<Connection, StoreError> {
+    let conn = open_historical_trusted(path)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    Ok(conn)
 }

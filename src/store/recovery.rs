@@ -82,6 +82,16 @@ impl ReceiptReader {
         (reader, left_out)
     }
 
+    /// [`plan`](Self::plan) merging every receipt from the start, whatever
+    /// the watermarks say: for a ring a damaged file held events of, whose
+    /// watermark counts commits into that file that are gone.
+    pub fn plan_from_start(&mut self, epoch: u64) -> (RingPlan, Vec<StoreError>) {
+        let trust = std::mem::replace(&mut self.trust_watermarks, false);
+        let planned = self.plan(epoch);
+        self.trust_watermarks = trust;
+        planned
+    }
+
     /// The plan for ring epoch `epoch`. A database whose receipts cannot
     /// be read now is left out from here on (named in the error list).
     pub fn plan(&mut self, epoch: u64) -> (RingPlan, Vec<StoreError>) {
@@ -122,20 +132,17 @@ impl ReceiptReader {
         })
     }
 
-    /// The epoch of `cpu`'s ring other than `epoch` that committed last
-    /// before `before_ns` (the time ring `epoch` was made, plus a margin
-    /// for the old ring's last items, committed just after): an index walk
-    /// back from that time, which meets the ring before soon if there was
-    /// one, and otherwise only the receipts of the store's first moments.
-    pub fn latest_other_epoch(&mut self, cpu: u32, epoch: u64, before_ns: i64) -> Option<u64> {
+    /// The epoch of `cpu`'s ring other than `epoch` that committed events
+    /// last, by the files' ring counts (`store::schema::ring_counts`: a
+    /// handful of rows each; a file without them has nothing to say).
+    pub fn latest_other_epoch(&mut self, cpu: u32, epoch: u64) -> Option<u64> {
         let mut latest: Option<(i64, i64)> = None;
         for (path, conn) in &self.shards {
             let found = conn
                 .query_row(
-                    "SELECT committed_at, ring_epoch FROM receipts INDEXED BY receipts_committed_at \
-                     WHERE committed_at <= ?3 AND cpu = ?1 AND ring_epoch != ?2 \
-                     ORDER BY committed_at DESC LIMIT 1",
-                    [i64::from(cpu), epoch as i64, before_ns],
+                    "SELECT last_at, ring_epoch FROM ring_counts \
+                     WHERE cpu = ?1 AND ring_epoch != ?2 ORDER BY last_at DESC LIMIT 1",
+                    [i64::from(cpu), epoch as i64],
                     |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
                 )
                 .optional();
@@ -145,7 +152,7 @@ impl ReceiptReader {
                 Err(e) => tracing::warn!(
                     database = %path.display(),
                     error = %e,
-                    "cannot look up the ring before this one in the receipts"
+                    "cannot read the ring counts: this file does not say which ring came before"
                 ),
             }
         }
@@ -177,13 +184,27 @@ impl ReceiptReader {
 /// recorded as damaged in `health`) and those that fail mid-way are named
 /// in the log: the events committed there may be stored a second time.
 /// `trust_watermarks`: see [`ReceiptReader::open`].
+///
+/// Damaged files' receipts are left out too: they may claim events the file
+/// no longer holds. The rings such a file held events of, while its loss is
+/// not recorded yet (see `store::loss`), are planned from the start of
+/// their receipts (their watermarks count commits into the damaged file),
+/// with the rows the file still gives up counted as committed: so the
+/// drains read again what the file lost, storing what the rings still hold
+/// and counting the rest as an exact gap, and store nothing twice.
 pub fn plan_rings(
     paths: &[PathBuf],
     rings: &[Arc<Ring>],
     trust_watermarks: bool,
     health: &StoreHealth,
 ) -> Vec<RingPlan> {
-    let (mut receipts, left_out) = ReceiptReader::open(paths, trust_watermarks);
+    let damaged: Vec<PathBuf> = health.damaged().into_iter().map(|d| d.path).collect();
+    let usable: Vec<PathBuf> = paths
+        .iter()
+        .filter(|p| !damaged.contains(p))
+        .cloned()
+        .collect();
+    let (mut receipts, left_out) = ReceiptReader::open(&usable, trust_watermarks);
     for (path, why) in left_out {
         tracing::error!(
             database = %path.display(),
@@ -202,9 +223,21 @@ pub fn plan_rings(
             );
         }
     }
+    let reread = super::loss::Reread::of(
+        health
+            .damaged()
+            .into_iter()
+            .map(|d| d.path)
+            .filter(|p| !super::loss::recorded(p)),
+    );
     let mut plans = Vec::with_capacity(rings.len());
     for ring in rings {
-        let (mut plan, failed) = receipts.plan(ring.epoch());
+        let (mut plan, failed) = if reread.holds(ring.epoch()) {
+            receipts.plan_from_start(ring.epoch())
+        } else {
+            receipts.plan(ring.epoch())
+        };
+        reread.add_readable(ring.epoch(), &mut plan);
         for e in failed {
             tracing::error!(error = %e, "receipts left out of recovery");
         }
@@ -223,12 +256,15 @@ pub fn plan_rings(
         );
         plans.push(plan);
     }
+    health.set_reread(
+        rings
+            .iter()
+            .map(|r| r.epoch())
+            .filter(|e| reread.holds(*e))
+            .collect(),
+    );
     plans
 }
-
-/// Receipts of a ring's predecessor may be committed this long after the
-/// ring was made (its last items were still on their way to the writers).
-const PREDECESSOR_MARGIN_NS: i64 = 10_000_000_000;
 
 /// The ring that was at `ring`'s name before it, as the receipts know it,
 /// with its plan. Looked up for every ring, not only new ones: a
@@ -242,8 +278,7 @@ fn predecessor(
     ring: &Ring,
     fresh: bool,
 ) -> Option<(u64, Box<RingPlan>)> {
-    let before = (ring.created_ns() as i64).saturating_add(PREDECESSOR_MARGIN_NS);
-    let epoch = receipts.latest_other_epoch(ring.cpu(), ring.epoch(), before)?;
+    let epoch = receipts.latest_other_epoch(ring.cpu(), ring.epoch())?;
     let (plan, failed) = receipts.plan(epoch);
     for e in failed {
         tracing::error!(error = %e, "receipts left out of recovery");

@@ -68,7 +68,85 @@ const MIGRATIONS: &[&str] = &[
     // 5: each commit's time span, for queries to pass over the files that
     // cannot hold their next results (see `zones`; never edited there).
     super::zones::CREATE_ZONES,
+    // 6: how many events of each ring the file holds, and their highest
+    // sequence number, kept in the transactions that insert and delete
+    // them, so the file's manifest (see `manifest`) can say it without
+    // counting: what a damaged file held is then known.
+    // `last_at`: the time of the last commit that stored events of the ring,
+    // which tells recovery which ring was at a CPU's name before the one
+    // there now (see `recovery`).
+    "CREATE TABLE ring_counts (
+        ring_epoch INTEGER NOT NULL,
+        cpu INTEGER NOT NULL,
+        events INTEGER NOT NULL,
+        max_seq INTEGER NOT NULL,
+        last_at INTEGER NOT NULL,
+        PRIMARY KEY (ring_epoch, cpu)
+    ) WITHOUT ROWID;
+    INSERT INTO ring_counts SELECT ring_epoch, cpu, count(*), max(seq), 0 FROM events
+        GROUP BY ring_epoch, cpu;
+    UPDATE ring_counts SET last_at = ifnull((SELECT max(committed_at) FROM receipts r
+        WHERE r.ring_epoch = ring_counts.ring_epoch AND r.cpu = ring_counts.cpu), 0);",
 ];
+
+/// Events of one ring (epoch and cpu) a file holds, and the highest
+/// sequence number of them it ever held (`ring_counts`, migration 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingCount {
+    pub ring_epoch: u64,
+    pub cpu: u32,
+    pub events: u64,
+    pub max_seq: u64,
+}
+
+/// Adds `delta` events of ring (`ring_epoch`, `cpu`) up to `max_seq`,
+/// committed at `at` (ns), in the caller's transaction. Deletions give a
+/// negative `delta` and `at` 0 (the last commit time stays).
+pub fn count_ring_events(
+    conn: &Connection,
+    ring_epoch: u64,
+    cpu: u32,
+    delta: i64,
+    max_seq: u64,
+    at: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO ring_counts (ring_epoch, cpu, events, max_seq, last_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT (ring_epoch, cpu) DO UPDATE SET events = events + excluded.events, \
+         max_seq = max(max_seq, excluded.max_seq), last_at = max(last_at, excluded.last_at)",
+    )?
+    .execute(rusqlite::params![
+        ring_epoch as i64,
+        cpu,
+        delta,
+        max_seq as i64,
+        at
+    ])?;
+    Ok(())
+}
+
+/// Every ring's count in the file; `None` if its schema keeps none yet.
+pub fn ring_counts(conn: &Connection) -> rusqlite::Result<Option<Vec<RingCount>>> {
+    let has: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'ring_counts'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare("SELECT ring_epoch, cpu, events, max_seq FROM ring_counts")?;
+    let rows = stmt.query_map([], |r| {
+        Ok(RingCount {
+            ring_epoch: r.get::<_, i64>(0)? as u64,
+            cpu: r.get(1)?,
+            events: r.get::<_, i64>(2)?.max(0) as u64,
+            max_seq: r.get::<_, i64>(3)?.max(0) as u64,
+        })
+    })?;
+    rows.collect::<rusqlite::Result<Vec<_>>>().map(Some)
+}
 
 /// The key of [`MIGRATIONS`]' `shard_meta` row that holds the file's
 /// instance id (16 hex digits, random, made once).
@@ -272,7 +350,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 5);
+        assert_eq!(tables, 6);
         let indexes: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'index'",

@@ -454,16 +454,13 @@ impl RingReader {
         let mem = &self.ring.mem;
         // Acquire: the reserve word names pages whose metas were published
         // before it.
-        let raw = mem.word(H_RESERVE).load(Ordering::Acquire);
-        let w = Reserve::unpack(raw);
-        if w.offset == Reserve::RETIRED {
-            // Producers are turned away and the front is frozen. Either a
-            // producer found the ring's file gone from under it (the drain's
-            // health check sees the same and replaces the ring) or the mark
-            // is a scribble on a ring still in use, which the health check
-            // undoes (`unretire`). Nothing more to read until then.
-            return Some((0, false));
-        }
+        // A RETIRED mark keeps the front page's ticket and count: the
+        // records reserved before it are read as on any open page. (Either
+        // a producer found the ring's file gone from under it, and the
+        // drain's health check sees the same and replaces the ring, or the
+        // mark is a scribble on a ring still in use, which the health check
+        // undoes: `unretire`.)
+        let w = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire));
         let ahead = ticket_distance(w.ticket, self.ticket);
         if ahead == 0 {
             return Some((w.count.min(RECORDS_PER_PAGE_MAX), w.closed()));

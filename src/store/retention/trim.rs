@@ -175,6 +175,7 @@ pub fn trim(
         if keep.forced && keep.exported.is_some() {
             done.unexported = record_unexported(&tx, batch, args, events_through)?;
         }
+        uncount_rings(&tx, batch, args)?;
         done.events = tx.execute(
             &format!("DELETE FROM events WHERE id IN (SELECT id FROM ({batch}))"),
             args,
@@ -227,6 +228,31 @@ fn record_unexported(
         )?;
     }
     Ok(lost as u64)
+}
+
+/// Takes the events of `batch`, about to be deleted, off the file's ring
+/// counts (`store::schema::ring_counts`), in the same transaction.
+fn uncount_rings(
+    tx: &Transaction<'_>,
+    batch: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare(&format!(
+        "SELECT ring_epoch, cpu, count(*) FROM ({batch}) GROUP BY ring_epoch, cpu"
+    ))?;
+    let rings = stmt
+        .query_map(args, |r| {
+            Ok((
+                r.get::<_, i64>(0)? as u64,
+                r.get::<_, u32>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for (ring_epoch, cpu, n) in rings {
+        crate::store::schema::count_ring_events(tx, ring_epoch, cpu, -n, 0, 0)?;
+    }
+    Ok(())
 }
 
 fn delete_dead_receipts(

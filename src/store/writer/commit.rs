@@ -106,22 +106,59 @@ impl ShardWriter {
     /// One transaction: events, gaps, receipts ([`ShardWriter::insert_items`],
     /// [`ShardWriter::insert_receipts`]); once it is durable, the commit is
     /// published ([`ShardWriter::publish`]).
+    /// Damaged files' losses waiting to be stored (`store::loss`) go into
+    /// the same transaction.
     pub(super) fn commit(&mut self) -> rusqlite::Result<()> {
+        let losses = self.shared.health.take_losses();
+        match self.commit_with(&losses) {
+            Ok(()) => {
+                let health = &self.shared.health;
+                health.stored(losses);
+                let trackers = &self.shared.trackers;
+                health.check_awaiting(|epoch| {
+                    trackers
+                        .iter()
+                        .map(|t| t.watermark(epoch))
+                        .max()
+                        .unwrap_or(0)
+                });
+                Ok(())
+            }
+            Err(e) => {
+                self.shared.health.give_back(losses);
+                Err(e)
+            }
+        }
+    }
+
+    fn commit_with(&mut self, losses: &[crate::store::loss::Loss]) -> rusqlite::Result<()> {
         self.runs.clear();
         let now_ns = crate::rings::now_ns();
         let started = std::time::Instant::now();
         let tx = self.conn.transaction()?;
         let counts = insert_items(&tx, &self.batch, &mut self.runs, now_ns)?;
+        for &(ring_epoch, cpu, events, max_seq) in &counts.rings {
+            crate::store::schema::count_ring_events(
+                &tx,
+                ring_epoch,
+                cpu,
+                events as i64,
+                max_seq,
+                now_ns,
+            )?;
+        }
+        crate::store::loss::insert(&tx, losses)?;
         if let Some((lo, hi)) = counts.span {
             crate::store::zones::record(&tx, lo, hi, counts.event_id_max)?;
         }
         insert_receipts(&tx, &mut self.runs, &self.shared.trackers, now_ns)?;
         // Before the commit: the map may claim more than the file holds
         // (if the commit fails), never less (see `store::zones`).
-        self.shared
-            .health
-            .zones()
-            .widen(&self.path, counts.span, counts.gaps);
+        self.shared.health.zones().widen(
+            &self.path,
+            counts.span,
+            counts.gaps || !losses.is_empty(),
+        );
         tx.commit()?;
         self.publish(counts, started.elapsed());
         Ok(())
@@ -151,7 +188,7 @@ impl ShardWriter {
 }
 
 /// What one commit stored.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Counts {
     events: u64,
     /// Payload bytes of the events, as stored.
@@ -164,6 +201,25 @@ struct Counts {
     gaps: bool,
     /// The id of the last event stored (ids rise).
     event_id_max: i64,
+    /// Events stored per ring `(epoch, cpu)`, and the highest sequence
+    /// number among them (a batch holds a few rings' events).
+    rings: Vec<(u64, u32, u64, u64)>,
+}
+
+impl Counts {
+    fn count_ring_event(&mut self, ring_epoch: u64, cpu: u32, seq: u64) {
+        match self
+            .rings
+            .iter_mut()
+            .find(|r| r.0 == ring_epoch && r.1 == cpu)
+        {
+            Some(r) => {
+                r.2 += 1;
+                r.3 = r.3.max(seq);
+            }
+            None => self.rings.push((ring_epoch, cpu, 1, seq)),
+        }
+    }
 }
 
 /// Inserts the batch's events and gaps, and gathers its receipt runs.
@@ -205,6 +261,7 @@ fn insert_items(
                     None => (h.ts_ns, h.ts_ns),
                 });
                 counts.events += 1;
+                counts.count_ring_event(h.ring_epoch, h.cpu, h.first_seq);
                 counts.bytes += event.payload_bytes();
             }
             (kind, _) => {

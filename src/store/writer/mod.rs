@@ -148,6 +148,7 @@ impl ShardWriter {
         let whole = self.checkpoints.run(&self.conn, &self.path);
         self.file.checkpointed(&self.conn, whole);
         self.stats.record_checkpoint(started.elapsed());
+        crate::store::manifest::refresh(&self.conn, &self.path, self.shared.mode);
     }
 
     /// Gives the file the `QueryIndexes` (see `store::indexes`). A file
@@ -187,6 +188,8 @@ impl ShardWriter {
     pub fn run(mut self) -> Result<(), StoreError> {
         self.sync_indexes();
         self.register_zones();
+        crate::store::manifest::refresh(&self.conn, &self.path, self.shared.mode);
+        self.store_losses();
         loop {
             // A checkpoint waits for a moment with nothing to take: a
             // drain filling this channel is not held up by its syncs.
@@ -260,7 +263,33 @@ impl ShardWriter {
             // the drains may not have had room for its wakeup item.
             self.serve_control();
         }
+        crate::store::manifest::refresh(&self.conn, &self.path, self.shared.mode);
         Ok(())
+    }
+
+    /// Stores the damaged files' losses waiting (`store::loss`) at once,
+    /// in a commit of their own, so that an idle store shows them too. A
+    /// failure leaves them for the next commit.
+    fn store_losses(&mut self) {
+        let losses = self.shared.health.take_losses();
+        if losses.is_empty() {
+            return;
+        }
+        // Before the commit, as in `commit`: the file's map says it has
+        // gap rows.
+        self.shared.health.zones().widen(&self.path, None, true);
+        let stored = self.conn.transaction().and_then(|tx| {
+            crate::store::loss::insert(&tx, &losses)?;
+            tx.commit()
+        });
+        match stored {
+            Ok(()) => self.shared.health.stored(losses),
+            Err(e) => {
+                tracing::warn!(shard = %self.path.display(), error = %e,
+                    "damaged files' losses not stored yet; the next commit tries again");
+                self.shared.health.give_back(losses);
+            }
+        }
     }
 
     /// Runs retention's waiting request (if it was not withdrawn) between
