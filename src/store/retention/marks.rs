@@ -1,19 +1,28 @@
 //! Commit marks: when a shard's rows were committed, by eventd's reckoning
 //! of time ([`super::reckoning`]), for retention to judge age by.
 //!
-//! Each transaction that stores rows (a writer's commit; retention's own
-//! `unexported` gaps and receipt summaries) also records a mark: "every
-//! row of `events`, `gaps` and `receipts` up to these ids was committed by
-//! this time". A mark is an upper bound, so one mark older than the age
-//! limit proves every row below its ids old: deleting those rows needs no
-//! row's own time, and neither the producer's clock (`events.ts`) nor the
-//! wall clock of the moment decides. Ids rise with commits (SQLite gives
-//! the highest id plus one, and retention never deletes the highest row),
-//! so a mark never covers a row committed after it.
+//! A mark says "every row of `events`, `gaps` and `receipts` up to these
+//! ids was committed by this time". It is an upper bound, so one mark older
+//! than the age limit proves every row below its ids old: deleting those
+//! rows needs no row's own time, and neither the producer's clock
+//! (`events.ts`) nor the wall clock of the moment decides. Ids rise with
+//! commits (SQLite gives the highest id plus one, and retention never
+//! deletes the highest row), so a mark never covers a row committed after
+//! it. A row no mark covers yet is never deleted by age.
 //!
-//! Marks of one minute are one row (later commits raise it), so a shard
-//! holds one row per minute in which it committed, within the age limit,
-//! and one more for everything older ([`fold`]).
+//! Who records them, at most one row per minute:
+//! - a writer, in the first commit of each minute ([`record_each_minute`]):
+//!   one b-tree lookup per commit, one row written per minute (a mark in
+//!   every commit writes one more 32 KiB page to the WAL each time, which
+//!   an idle daemon committing each event alone pays on every event);
+//! - retention, before each trim by age ([`cover`]): the rows committed
+//!   since the minute's first commit get a mark at that moment (an upper
+//!   bound again, late by at most the retention interval);
+//! - retention's own `unexported` gaps and receipt summaries, in the
+//!   transaction that stores them.
+//!
+//! Old marks are folded into one ([`fold`]), so a shard holds one row per
+//! minute in which it committed within the age limit, and one more.
 
 use rusqlite::{params, Connection};
 
@@ -63,6 +72,35 @@ const RECORD: &str = "INSERT INTO commit_marks \
 /// a b-tree's last row and one upsert.
 pub fn record(conn: &Connection, now_ns: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(RECORD)?.execute([now_ns.max(0)])?;
+    Ok(())
+}
+
+/// [`record`], unless the newest mark is of this minute already: what a
+/// writer calls in each commit, after storing its rows.
+pub fn record_each_minute(conn: &Connection, now_ns: i64) -> rusqlite::Result<()> {
+    let newest: Option<i64> = conn
+        .prepare_cached("SELECT max(minute) FROM commit_marks")?
+        .query_row([], |r| r.get(0))?;
+    if newest == Some(now_ns.max(0) / MARK_NS) {
+        return Ok(());
+    }
+    record(conn, now_ns)
+}
+
+/// [`record`], if some row has an id above the newest mark's.
+pub fn cover(conn: &Connection, now_ns: i64) -> rusqlite::Result<()> {
+    let uncovered: bool = conn
+        .prepare_cached(
+            "SELECT ifnull((SELECT max(id) FROM events), 0) > ifnull(e, 0) \
+             OR ifnull((SELECT max(id) FROM gaps), 0) > ifnull(g, 0) \
+             OR ifnull((SELECT max(id) FROM receipts), 0) > ifnull(r, 0) \
+             FROM (SELECT NULL) LEFT JOIN (SELECT events_through AS e, gaps_through AS g, \
+             receipts_through AS r FROM commit_marks ORDER BY minute DESC LIMIT 1)",
+        )?
+        .query_row([], |r| r.get(0))?;
+    if uncovered {
+        record(conn, now_ns)?;
+    }
     Ok(())
 }
 
@@ -173,6 +211,28 @@ mod tests {
         assert_eq!(through(&conn, 10 * MIN + 7).unwrap().events, 0);
         assert_eq!(through(&conn, 13 * MIN).unwrap().events, 4);
         assert_eq!(through(&conn, -MIN).unwrap(), Through::default());
+    }
+
+    #[test]
+    fn a_writer_marks_the_first_commit_of_each_minute_and_retention_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        cover(&conn, MIN).unwrap();
+        assert_eq!(marks(&conn), [], "nothing to cover");
+        add_event(&conn);
+        record_each_minute(&conn, 2 * MIN + 1).unwrap();
+        add_event(&conn);
+        record_each_minute(&conn, 2 * MIN + 9).unwrap();
+        assert_eq!(marks(&conn), [(2, 2 * MIN + 1, 1)], "once a minute");
+        assert_eq!(through(&conn, 3 * MIN).unwrap().events, 1);
+        // The second event gets a mark from retention, at its time.
+        cover(&conn, 2 * MIN + 30).unwrap();
+        assert_eq!(marks(&conn), [(2, 2 * MIN + 30, 2)]);
+        cover(&conn, 2 * MIN + 40).unwrap();
+        assert_eq!(marks(&conn), [(2, 2 * MIN + 30, 2)], "all covered");
+        add_event(&conn);
+        record_each_minute(&conn, 4 * MIN).unwrap();
+        assert_eq!(marks(&conn).last(), Some(&(4, 4 * MIN, 3)));
     }
 
     #[test]

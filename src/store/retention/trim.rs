@@ -157,6 +157,8 @@ impl Older {
     fn rule(self, tx: &Transaction<'_>) -> rusqlite::Result<Rule> {
         Ok(match self {
             Older::Committed(before_ns) => {
+                // Rows committed since the newest mark get one now.
+                marks::cover(tx, reckoning::now_ns())?;
                 let t = marks::through(tx, before_ns)?;
                 Rule {
                     by_id: true,
@@ -192,8 +194,10 @@ impl Rule {
 /// epochs not in `live_epochs` that are `older` (at most `max_rows` of
 /// each; no receipt at all when `live_epochs` is `None`, that is, when the
 /// rings that exist are not all known). What `keep` says stays (see
-/// [`Keep`]). Once a trim by commit time has nothing more to delete, the
-/// marks older than its time are folded into one ([`marks::fold`]).
+/// [`Keep`]). A trim by commit time first gives the rows no mark covers
+/// yet a mark at this moment ([`marks::cover`]); once it has nothing more
+/// to delete, the marks older than its time are folded into one
+/// ([`marks::fold`]).
 ///
 /// The row with the highest id of `events` and of `gaps` is never deleted:
 /// SQLite gives a new row the highest id plus one, so with that row kept
