@@ -138,6 +138,9 @@ impl Daemon {
         steps::prepare_directories(settings, &policy)?;
         // 2. One daemon per data directory.
         let lock = steps::lock_data_dir(settings)?;
+        // eventd's reckoning of time, before any commit reads it (retention
+        // judges age by it; it goes on from an earlier start in this boot).
+        store::retention::reckoning::start(&settings.run_dir);
         // 3. The rings (R4 ordinals), eventd's syslog ring last.
         let rings = steps::attach_rings(settings, &policy, &tunables.cpus())?;
         // 4, 5. The shard count (R1) and the descriptor allowance (R2).

@@ -3,9 +3,15 @@
 //!
 //! One thread makes a pass every interval (and reads the limits afresh each
 //! time, so a reload applies at the next pass):
-//! 1. **Age.** Every database loses its events older than now − max age,
-//!    oldest first, at most [`BATCH_ROWS`] per transaction. No event newer
-//!    than the limit is touched.
+//! 1. **Age.** Every database loses its events committed before now − max
+//!    age, oldest first, at most [`BATCH_ROWS`] per transaction. No event
+//!    committed since is touched. "Now" and the commit times are eventd's
+//!    own reckoning of time (the commit marks, see
+//!    [`store::retention::marks`](crate::store::retention::marks)), which a
+//!    step of the wall clock does not move, and a producer's clock
+//!    (`events.ts`) does not decide. A pass that finds the wall clock
+//!    stepped since the last one ([`clock`]) says so in the log and does
+//!    nothing.
 //! 2. **Size.** While the pages in use over all databases exceed max bytes,
 //!    the oldest events of the whole store go first: each database says
 //!    which timestamp bounds its oldest batch, the smallest of those is the
@@ -24,12 +30,15 @@
 //! historical shard (no writer) is trimmed through the coordinator's own
 //! connection, its only writer. Database files are never deleted (R12).
 
+pub mod clock;
+
 use crate::channel::Sender;
 use crate::config::live::LiveConfig;
 use crate::drain::Handoff;
 use crate::store;
 use crate::store::retention::control::{self, CallError, Reply, Request, WriterControl};
-use crate::store::retention::trim::{ShardUsage, Trimmed};
+use crate::store::retention::reckoning;
+use crate::store::retention::trim::{Older, ShardUsage, Trimmed};
 use crate::store::retention::{ExportFloors, Keep};
 use rusqlite::Connection;
 use std::path::PathBuf;
@@ -140,6 +149,9 @@ pub struct RetentionCoordinator {
     /// Problems already logged once (by text), so a pass every few seconds
     /// does not repeat them.
     said: std::collections::BTreeSet<String>,
+    /// The clocks as the last pass read them, to find steps of the wall
+    /// clock.
+    clock: clock::ClockWatch,
 }
 
 impl RetentionCoordinator {
@@ -180,6 +192,7 @@ impl RetentionCoordinator {
             stop,
             interval,
             said: Default::default(),
+            clock: Default::default(),
         }
     }
 
@@ -197,8 +210,19 @@ impl RetentionCoordinator {
         }
     }
 
-    /// One pass over the store with the limits in force now.
+    /// One pass over the store with the limits in force now; none if the
+    /// wall clock stepped since the last pass (logged, with which way and
+    /// how far).
     pub fn pass(&mut self) {
+        if let Some(step) = self.clock.look() {
+            tracing::warn!(
+                direction = step.direction(),
+                by = %reckoning::span(step.by()),
+                "the wall clock stepped; this retention pass is skipped (age is judged by \
+                 eventd's reckoning of time, which the step does not move)"
+            );
+            return;
+        }
         self.live_epochs = (self.epochs)();
         let limits = self.live.state().effective;
         let (max_age, max_bytes) = (limits.retention_max_age, limits.retention_max_bytes);
@@ -207,11 +231,11 @@ impl RetentionCoordinator {
         }
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         self.find_historical();
-        let now = crate::rings::now_ns();
+        let now = reckoning::now_ns();
         if let Some(age) = max_age {
             let cutoff = now.saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX));
             for i in 0..self.shards.len() {
-                self.trim_to(i, cutoff, false);
+                self.trim_to(i, Older::Committed(cutoff), false);
             }
         }
         if let Some(max) = max_bytes {
@@ -349,17 +373,17 @@ impl RetentionCoordinator {
         None
     }
 
-    /// Deletes shard `i`'s rows older than `before_ns`, one bounded
-    /// transaction per call. Rows the export stage has not sent stay,
-    /// unless the size limit `forced` the deletion (see [`Keep`]).
-    fn trim_to(&mut self, i: usize, before_ns: i64, forced: bool) {
+    /// Deletes shard `i`'s rows that are `older`, one bounded transaction
+    /// per call. Rows the export stage has not sent stay, unless the size
+    /// limit `forced` the deletion (see [`Keep`]).
+    fn trim_to(&mut self, i: usize, older: Older, forced: bool) {
         while !self.stop.is_stopped() {
             let keep = Keep {
                 exported: self.export.as_ref().map(|f| f.get(&self.shards[i].path)),
                 forced,
             };
             let request = Request::Trim {
-                before_ns,
+                older,
                 max_rows: BATCH_ROWS,
                 live_epochs: self.live_epochs.clone(),
                 keep,
@@ -432,7 +456,7 @@ impl RetentionCoordinator {
             };
             for (i, u) in usage.iter().enumerate() {
                 if u.and_then(|u| u.oldest_ts).is_some_and(|t| t < cutoff) {
-                    self.trim_to(i, cutoff, true);
+                    self.trim_to(i, Older::Stamped(cutoff), true);
                 }
             }
             for i in 0..self.shards.len() {
@@ -475,8 +499,9 @@ impl RetentionCoordinator {
         Some(cutoff.max(oldest.saturating_add(1)))
     }
 
-    /// Compacts shard `i`'s old receipts of live rings, one bounded
-    /// transaction per call, until none qualify.
+    /// Compacts shard `i`'s receipts of live rings committed before
+    /// `before_ns` (eventd's reckoning), one bounded transaction per call,
+    /// until none qualify.
     fn compact(&mut self, i: usize, before_ns: i64) {
         while !self.stop.is_stopped() {
             let Some(epochs) = self.live_epochs.clone() else {
@@ -484,7 +509,7 @@ impl RetentionCoordinator {
             };
             let request = Request::Compact {
                 epochs,
-                before_ns,
+                committed_before_ns: before_ns,
                 min_rows: COMPACT_MIN_ROWS,
                 max_rows: BATCH_ROWS,
             };

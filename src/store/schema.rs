@@ -68,7 +68,10 @@ const MIGRATIONS: &[&str] = &[
     // 5: each commit's time span, for queries to pass over the files that
     // cannot hold their next results (see `zones`; never edited there).
     super::zones::CREATE_ZONES,
-    // 6: how many events of each ring the file holds, and their highest
+    // 6: when rows were committed, by eventd's reckoning of time, for
+    // retention to judge age by (see `retention::marks`; never edited there).
+    super::retention::marks::CREATE,
+    // 7: how many events of each ring the file holds, and their highest
     // sequence number, kept in the transactions that insert and delete
     // them, so the file's manifest (see `manifest`) can say it without
     // counting: what a damaged file held is then known.
@@ -90,7 +93,7 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// Events of one ring (epoch and cpu) a file holds, and the highest
-/// sequence number of them it ever held (`ring_counts`, migration 6).
+/// sequence number of them it ever held (`ring_counts`, migration 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingCount {
     pub ring_epoch: u64,
@@ -350,7 +353,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(tables, 6);
+        assert_eq!(tables, 7);
         let indexes: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type = 'index'",
@@ -404,6 +407,55 @@ mod tests {
         migrate(&mut empty).unwrap().unwrap();
         let n: i64 = empty
             .query_row("SELECT count(*) FROM zones", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+
+    /// A file made before the commit marks gets marks over every row it
+    /// holds: one per zone (its newest event time) and one over all.
+    #[test]
+    fn migration_6_marks_the_rows_a_file_holds() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        let minute = super::super::retention::marks::MARK_NS;
+        conn.execute_batch(&format!(
+            "INSERT INTO events (ts, cpu, seq, ring_epoch, pid, tid, uid, level, provider, name, \
+             message) VALUES (10, 0, 1, 1, 1, 1, 0, 6, 'p', 'n', 'm'), \
+             ({t}, 0, 2, 1, 1, 1, 0, 6, 'p', 'n', 'm'), (-5, 0, 3, 1, 1, 1, 0, 6, 'p', 'n', 'm');
+             INSERT INTO zones (ts_min, ts_max, id_max) VALUES (10, 10, 1), (-5, {t}, 3);
+             INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+             detected_at) VALUES (1, 0, 9, 9, 1, 'overwritten', 0, {d});",
+            t = 3 * minute,
+            d = 5 * minute + 1
+        ))
+        .unwrap();
+        migrate(&mut conn).unwrap().unwrap();
+        let marks: Vec<(i64, i64, i64, i64)> = conn
+            .prepare(
+                "SELECT minute, committed_at, events_through, gaps_through FROM commit_marks \
+                 ORDER BY minute",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            marks,
+            [
+                (0, 10, 1, 0),
+                (3, 3 * minute, 3, 0),
+                (5, 5 * minute + 1, 3, 1)
+            ]
+        );
+        // An empty file gets none.
+        let mut empty = Connection::open_in_memory().unwrap();
+        migrate(&mut empty).unwrap().unwrap();
+        let n: i64 = empty
+            .query_row("SELECT count(*) FROM commit_marks", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 0);
     }

@@ -31,16 +31,17 @@ pub enum Request {
     CutoffAfter { k: u64 },
     /// [`trim::trim`]; with `live_epochs` `None`, no receipt is deleted.
     Trim {
-        before_ns: i64,
+        older: trim::Older,
         max_rows: u64,
         live_epochs: Option<Vec<u64>>,
         keep: trim::Keep,
     },
     /// [`trim::compact_receipts`] for each of `epochs` (one bounded
-    /// transaction each).
+    /// transaction each), of the receipts committed before
+    /// `committed_before_ns` by eventd's reckoning (the commit marks).
     Compact {
         epochs: Vec<u64>,
-        before_ns: i64,
+        committed_before_ns: i64,
         min_rows: u64,
         max_rows: u64,
     },
@@ -78,26 +79,27 @@ pub fn execute(
         Request::Measure => Reply::Usage(trim::measure(conn)?),
         Request::CutoffAfter { k } => Reply::Cutoff(trim::cutoff_after(conn, *k)?),
         Request::Trim {
-            before_ns,
+            older,
             max_rows,
             live_epochs,
             keep,
         } => Reply::Trimmed(trim::trim(
             conn,
-            *before_ns,
+            *older,
             *max_rows,
             live_epochs.as_deref(),
             *keep,
         )?),
         Request::Compact {
             epochs,
-            before_ns,
+            committed_before_ns,
             min_rows,
             max_rows,
         } => {
+            let old = super::marks::through(conn, *committed_before_ns)?.receipts;
             let mut removed = 0;
             for &epoch in epochs {
-                removed += trim::compact_receipts(conn, epoch, *before_ns, *min_rows, *max_rows)?;
+                removed += trim::compact_receipts(conn, epoch, old, *min_rows, *max_rows)?;
             }
             Reply::Compacted(removed)
         }

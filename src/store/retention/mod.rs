@@ -7,9 +7,15 @@
 //! writer's one hook) with the bounded statements of [`trim`]. A historical
 //! shard has no writer; the coordinator's own connection is its only one
 //! and runs the same statements.
+//!
+//! Age is judged by [`marks`], commit times kept with the rows on
+//! eventd's own [`reckoning`] of time, which a step of the wall clock does
+//! not move.
 
 pub mod control;
 pub mod floors;
+pub mod marks;
+pub mod reckoning;
 pub mod trim;
 
 pub use control::{CallError, Reply, Request, WriterControl};

@@ -7,16 +7,19 @@
 //! for an active shard, the coordinator's for a historical one.
 //!
 //! What is deleted, and what never is:
-//! - events older than a cutoff, oldest first, at most a given number per
-//!   transaction, so that the writer's commits and the queries' reads go on
-//!   between two transactions;
-//! - gaps detected before the cutoff;
-//! - receipts of ring epochs whose ring no longer exists, committed before
-//!   the cutoff;
+//! - events older than a cutoff ([`Older`]: committed before it by eventd's
+//!   reckoning for the age limit, stamped before it for the size limit),
+//!   oldest first, at most a given number per transaction, so that the
+//!   writer's commits and the queries' reads go on between two
+//!   transactions;
+//! - gaps older than the cutoff;
+//! - receipts of ring epochs whose ring no longer exists, older than the
+//!   cutoff;
 //! - receipts of live rings are never deleted outright: old ones are
 //!   replaced by one summary row that recovery reads exactly as it read the
 //!   rows it replaces (see [`compact_receipts`]).
 
+use super::{marks, reckoning};
 use crate::store::rows::{Receipt, INSERT_RECEIPT};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 
@@ -129,12 +132,72 @@ pub struct Keep {
 /// yet leaves (see [`Keep::forced`]).
 pub const UNEXPORTED_REASON: &str = "unexported";
 
+/// Which rows a [`trim`] deletes: those older than a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Older {
+    /// Committed before this time by eventd's reckoning ([`marks`]): the
+    /// age limit. Neither a producer's clock (`events.ts`) nor a step of
+    /// the wall clock decides. Deleted in commit order (by id).
+    Committed(i64),
+    /// Stamped before this time by their own column (`events.ts`,
+    /// `gaps.detected_at`, `receipts.committed_at`): the size limit, which
+    /// takes the events with the oldest timestamps first.
+    Stamped(i64),
+}
+
+/// [`Older`] as each table's condition on `?1`.
+struct Rule {
+    by_id: bool,
+    events: i64,
+    gaps: i64,
+    receipts: i64,
+}
+
+impl Older {
+    fn rule(self, tx: &Transaction<'_>) -> rusqlite::Result<Rule> {
+        Ok(match self {
+            Older::Committed(before_ns) => {
+                // Rows committed since the newest mark get one now.
+                marks::cover(tx, reckoning::now_ns())?;
+                let t = marks::through(tx, before_ns)?;
+                Rule {
+                    by_id: true,
+                    events: t.events,
+                    gaps: t.gaps,
+                    receipts: t.receipts,
+                }
+            }
+            Older::Stamped(before_ns) => Rule {
+                by_id: false,
+                events: before_ns,
+                gaps: before_ns,
+                receipts: before_ns,
+            },
+        })
+    }
+}
+
+impl Rule {
+    /// The condition on `?1` and the order, for a table whose own time
+    /// column is `time`.
+    fn sql(&self, time: &'static str) -> (String, &'static str) {
+        if self.by_id {
+            ("id <= ?1".to_string(), "id")
+        } else {
+            (format!("{time} < ?1"), time)
+        }
+    }
+}
+
 /// Deletes, in one transaction, at most `max_rows` of the oldest events
-/// with `ts < before_ns`; once none are left, the gaps detected before it
-/// and the receipts of epochs not in `live_epochs` committed before it (at
-/// most `max_rows` of each; no receipt at all when `live_epochs` is `None`,
-/// that is, when the rings that exist are not all known). What `keep` says
-/// stays (see [`Keep`]).
+/// that are `older`; once none are left, the gaps and the receipts of
+/// epochs not in `live_epochs` that are `older` (at most `max_rows` of
+/// each; no receipt at all when `live_epochs` is `None`, that is, when the
+/// rings that exist are not all known). What `keep` says stays (see
+/// [`Keep`]). A trim by commit time first gives the rows no mark covers
+/// yet a mark at this moment ([`marks::cover`]); once it has nothing more
+/// to delete, the marks older than its time are folded into one
+/// ([`marks::fold`]).
 ///
 /// The row with the highest id of `events` and of `gaps` is never deleted:
 /// SQLite gives a new row the highest id plus one, so with that row kept
@@ -142,7 +205,7 @@ pub const UNEXPORTED_REASON: &str = "unexported";
 /// export stage, a follow) never mistakes a new row for one it has seen.
 pub fn trim(
     conn: &mut Connection,
-    before_ns: i64,
+    older: Older,
     max_rows: u64,
     live_epochs: Option<&[u64]>,
     keep: Keep,
@@ -158,10 +221,14 @@ pub fn trim(
         events_through
     };
     let tx = conn.transaction()?;
+    let rule = older.rule(&tx)?;
     let mut done = Trimmed::default();
-    let batch = "SELECT * FROM events WHERE ts < ?1 AND id <= ?3 \
-                 AND id < (SELECT max(id) FROM events) ORDER BY ts LIMIT ?2";
-    let args = params![before_ns, limit, events_floor];
+    let (old, order) = rule.sql("ts");
+    let batch = format!(
+        "SELECT * FROM events WHERE {old} AND id <= ?3 \
+         AND id < (SELECT max(id) FROM events) ORDER BY {order} LIMIT ?2"
+    );
+    let args = params![rule.events, limit, events_floor];
     let (events, bytes): (i64, Option<i64>) = tx.query_row(
         &format!(
             "SELECT count(*), sum(length(CAST(provider AS BLOB)) + length(CAST(name AS BLOB)) \
@@ -173,7 +240,7 @@ pub fn trim(
     )?;
     if events > 0 {
         if keep.forced && keep.exported.is_some() {
-            done.unexported = record_unexported(&tx, batch, args, events_through)?;
+            done.unexported = record_unexported(&tx, &batch, args, events_through)?;
         }
         uncount_rings(&tx, batch, args)?;
         done.events = tx.execute(
@@ -186,15 +253,21 @@ pub fn trim(
     if done.events as i64 == limit {
         done.more = true;
     } else {
+        let (old, order) = rule.sql("detected_at");
         done.gaps = tx.execute(
-            "DELETE FROM gaps WHERE id IN (SELECT id FROM gaps WHERE detected_at < ?1 \
-             AND id <= ?3 AND id < (SELECT max(id) FROM gaps) ORDER BY detected_at LIMIT ?2)",
-            params![before_ns, limit, gaps_through],
+            &format!(
+                "DELETE FROM gaps WHERE id IN (SELECT id FROM gaps WHERE {old} \
+                 AND id <= ?3 AND id < (SELECT max(id) FROM gaps) ORDER BY {order} LIMIT ?2)"
+            ),
+            params![rule.gaps, limit, gaps_through],
         )? as u64;
         if let Some(live) = live_epochs {
-            done.receipts = delete_dead_receipts(&tx, before_ns, limit, live)? as u64;
+            done.receipts = delete_dead_receipts(&tx, &rule, limit, live)? as u64;
         }
         done.more = done.gaps as i64 == limit || done.receipts as i64 == limit;
+        if let (Older::Committed(before_ns), false) = (older, done.more) {
+            marks::fold(&tx, before_ns)?;
+        }
     }
     tx.commit()?;
     Ok(done)
@@ -226,6 +299,8 @@ fn record_unexported(
             ),
             args,
         )?;
+        // The new gap rows are committed now.
+        marks::record(tx, reckoning::now_ns())?;
     }
     Ok(lost as u64)
 }
@@ -257,27 +332,31 @@ fn uncount_rings(
 
 fn delete_dead_receipts(
     tx: &Transaction<'_>,
-    before_ns: i64,
+    rule: &Rule,
     limit: i64,
     live_epochs: &[u64],
 ) -> rusqlite::Result<usize> {
     // Epochs are stored as the i64 with the same bits.
     let live: Vec<i64> = live_epochs.iter().map(|&e| e as i64).collect();
     let live = serde_json::to_string(&live).unwrap_or_else(|_| "[]".to_string());
+    let (old, order) = rule.sql("committed_at");
     tx.execute(
-        "DELETE FROM receipts WHERE id IN (SELECT id FROM receipts \
-         WHERE committed_at < ?1 AND ring_epoch NOT IN (SELECT value FROM json_each(?3)) \
-         ORDER BY committed_at LIMIT ?2)",
-        params![before_ns, limit, live],
+        &format!(
+            "DELETE FROM receipts WHERE id IN (SELECT id FROM receipts \
+             WHERE {old} AND ring_epoch NOT IN (SELECT value FROM json_each(?3)) \
+             ORDER BY {order} LIMIT ?2)"
+        ),
+        params![rule.receipts, limit, live],
     )
 }
 
 /// Replaces up to `max_rows` receipts of live ring `epoch` (those ending
 /// first) by a single summary row, when at least `min_rows` qualify. A
-/// receipt qualifies when it was committed before `before_ns` and ends below
-/// `W`, the highest watermark among this database's receipts committed
-/// before `before_ns`. Returns how many rows were removed (the summary not
-/// counted).
+/// receipt qualifies when its id is at most `old_through` (the commit
+/// marks say which receipts were committed minutes ago, by eventd's
+/// reckoning: [`marks::through`]) and it ends below `W`, the highest
+/// watermark among this database's receipts up to `old_through`. Returns
+/// how many rows were removed (the summary not counted).
 ///
 /// Why recovery reads the same thing afterwards (`store::recovery`):
 /// - With watermarks, it takes the highest `committed_through` (the summary
@@ -292,30 +371,31 @@ fn delete_dead_receipts(
 ///   keeps the resume position of the run it ends with.
 ///
 /// `W` must count only commits that survive a power cut. It is taken from
-/// receipts older than `before_ns` (minutes old), so the commits it counts
-/// returned minutes ago and their WAL frames have reached the disk; a
-/// younger watermark could count another shard's commit that a power cut
-/// then takes back, and the summary would hide that hole.
+/// receipts committed minutes ago (by eventd's reckoning, which a step of
+/// the wall clock does not move), so the commits it counts returned minutes
+/// ago and their WAL frames have reached the disk; a younger watermark
+/// could count another shard's commit that a power cut then takes back,
+/// and the summary would hide that hole.
 pub fn compact_receipts(
     conn: &mut Connection,
     epoch: u64,
-    before_ns: i64,
+    old_through: i64,
     min_rows: u64,
     max_rows: u64,
 ) -> rusqlite::Result<u64> {
     let epoch = epoch as i64;
     let tx = conn.transaction()?;
     let watermark: Option<i64> = tx.query_row(
-        "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1 AND committed_at < ?2",
-        params![epoch, before_ns],
+        "SELECT max(committed_through) FROM receipts WHERE ring_epoch = ?1 AND id <= ?2",
+        params![epoch, old_through],
         |r| r.get(0),
     )?;
     let Some(watermark) = watermark else {
         return Ok(0);
     };
     let batch = "SELECT * FROM receipts WHERE ring_epoch = ?1 AND last_seq < ?2 \
-                 AND committed_at < ?3 ORDER BY last_seq LIMIT ?4";
-    let args = params![epoch, watermark, before_ns, max_rows.max(2) as i64];
+                 AND id <= ?3 ORDER BY last_seq LIMIT ?4";
+    let args = params![epoch, watermark, old_through, max_rows.max(2) as i64];
     type Summary = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
     let (rows, cpu, first, last, through): Summary = tx.query_row(
         &format!(
@@ -355,6 +435,8 @@ pub fn compact_receipts(
     let mut insert = tx.prepare_cached(INSERT_RECEIPT)?;
     summary.insert(&mut insert)?;
     drop(insert);
+    // The summary row is committed now.
+    marks::record(&tx, reckoning::now_ns())?;
     tx.commit()?;
     Ok(removed as u64)
 }
@@ -417,6 +499,13 @@ mod tests {
         receipt
             .insert(&mut conn.prepare(INSERT_RECEIPT).unwrap())
             .unwrap();
+        // Committed at "time" `at`, a minute apart each, by the marks.
+        marks::record(conn, at * marks::MARK_NS).unwrap();
+    }
+
+    /// The receipts committed before "time" `at` (see `insert_receipt`).
+    fn receipts_before(conn: &Connection, at: i64) -> i64 {
+        marks::through(conn, at * marks::MARK_NS).unwrap().receipts
     }
 
     fn count(conn: &Connection, sql: &str) -> i64 {
@@ -431,7 +520,14 @@ mod tests {
             // Inserted out of order: deletion follows ts, not id.
             insert_event(&conn, (i * 37) % 100, 1, i as u64 + 1);
         }
-        let first = trim(&mut conn, 50, 20, Some(&[1]), Keep::default()).unwrap();
+        let first = trim(
+            &mut conn,
+            Older::Stamped(50),
+            20,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
         assert_eq!(
             (first.events, first.event_bytes, first.more),
             (20, 20 * 7, true)
@@ -439,7 +535,14 @@ mod tests {
         assert_eq!(count(&conn, "SELECT min(ts) FROM events"), 20);
         let mut sizes = vec![first.events];
         loop {
-            let t = trim(&mut conn, 50, 20, Some(&[1]), Keep::default()).unwrap();
+            let t = trim(
+                &mut conn,
+                Older::Stamped(50),
+                20,
+                Some(&[1]),
+                Keep::default(),
+            )
+            .unwrap();
             sizes.push(t.events);
             if !t.more {
                 break;
@@ -498,10 +601,24 @@ mod tests {
         insert_receipt(&conn, 1, 1, 3, 0, 30); // live epoch
         insert_receipt(&conn, 2, 1, 5, 0, 30); // dead epoch, old
         insert_receipt(&conn, 2, 6, 9, 5, 300); // dead epoch, recent
-        let t = trim(&mut conn, 100, 1, Some(&[1]), Keep::default()).unwrap();
+        let t = trim(
+            &mut conn,
+            Older::Stamped(100),
+            1,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
         assert_eq!((t.events, t.gaps, t.receipts), (1, 0, 0), "events first");
         assert!(t.more);
-        let t = trim(&mut conn, 100, 10, Some(&[1]), Keep::default()).unwrap();
+        let t = trim(
+            &mut conn,
+            Older::Stamped(100),
+            10,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
         assert_eq!((t.events, t.gaps, t.receipts, t.more), (0, 1, 1, false));
         assert_eq!(count(&conn, "SELECT count(*) FROM gaps"), 2);
         let left: String = conn
@@ -514,9 +631,83 @@ mod tests {
             .unwrap();
         assert_eq!(left, "1:1 2:6");
         // With the rings that exist unknown, no receipt is deleted.
-        let t = trim(&mut conn, 1000, 10, None, Keep::default()).unwrap();
+        let t = trim(&mut conn, Older::Stamped(1000), 10, None, Keep::default()).unwrap();
         assert_eq!((t.receipts, t.gaps), (0, 1));
         assert_eq!(count(&conn, "SELECT count(*) FROM receipts"), 2);
+    }
+
+    #[test]
+    fn trim_by_commit_time_goes_by_the_marks_not_by_the_event_times() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = open_shard(&shard_path(dir.path(), 0)).unwrap();
+        let minute = marks::MARK_NS;
+        // Minute 1: a producer whose clock is years behind; minute 2: one
+        // years ahead, and a gap; minute 3: an ordinary event.
+        insert_event(&conn, 5, 1, 1);
+        insert_event(&conn, 6, 1, 2);
+        marks::record(&conn, minute).unwrap();
+        insert_event(&conn, i64::MAX / 2, 1, 3);
+        conn.execute(
+            "INSERT INTO gaps (ring_epoch, cpu, from_seq, to_seq, lost, reason, ts_before, \
+             detected_at) VALUES (1, 0, 4, 4, 1, 'overwritten', 0, 0), \
+             (1, 0, 5, 5, 1, 'overwritten', 0, 0)",
+            [],
+        )
+        .unwrap();
+        insert_receipt(&conn, 9, 1, 3, 0, 2);
+        insert_event(&conn, 3 * minute, 1, 6);
+        marks::record(&conn, 3 * minute).unwrap();
+        // Nothing was committed before minute 1, whatever `ts` says.
+        let t = trim(
+            &mut conn,
+            Older::Committed(minute),
+            10,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
+        assert_eq!((t.events, t.gaps, t.receipts), (0, 0, 0));
+        // Before minute 2: the two of minute 1, by commit order, in
+        // batches.
+        let t = trim(
+            &mut conn,
+            Older::Committed(2 * minute),
+            1,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
+        assert_eq!((t.events, t.more), (1, true));
+        let t = trim(
+            &mut conn,
+            Older::Committed(2 * minute),
+            1,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
+        assert_eq!(t.events, 1);
+        assert_eq!(count(&conn, "SELECT min(seq) FROM events"), 3);
+        // Before minute 3: the event from the future, the older gap (the
+        // newest row of a table stays) and the receipt of dead epoch 9.
+        let t = trim(
+            &mut conn,
+            Older::Committed(3 * minute),
+            10,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
+        assert_eq!((t.events, t.gaps, t.receipts, t.more), (1, 1, 1, false));
+        assert_eq!(count(&conn, "SELECT count(*) FROM events"), 1);
+        // The old marks were folded into one.
+        assert_eq!(
+            count(
+                &conn,
+                "SELECT count(*) FROM commit_marks WHERE committed_at < 3 * 60000000000"
+            ),
+            1
+        );
     }
 
     #[test]
@@ -527,7 +718,14 @@ mod tests {
         insert_event(&conn, 50, 1, 1);
         insert_event(&conn, 40, 1, 2);
         insert_event(&conn, 10, 1, 3);
-        let t = trim(&mut conn, i64::MAX, 100, Some(&[1]), Keep::default()).unwrap();
+        let t = trim(
+            &mut conn,
+            Older::Stamped(i64::MAX),
+            100,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap();
         assert_eq!(t.events, 2);
         assert_eq!(count(&conn, "SELECT max(id) FROM events"), 3);
         insert_event(&conn, 60, 1, 4);
@@ -553,7 +751,7 @@ mod tests {
         // By age: only what was exported goes (ids 1..=4; gap 1).
         let t = trim(
             &mut conn,
-            1000,
+            Older::Stamped(1000),
             100,
             None,
             Keep {
@@ -568,7 +766,7 @@ mod tests {
         // exported yet), and one gap row counts them.
         let t = trim(
             &mut conn,
-            80,
+            Older::Stamped(80),
             100,
             None,
             Keep {
@@ -600,7 +798,7 @@ mod tests {
         // `unexported` gap is the newest row and stays too.
         let t = trim(
             &mut conn,
-            1000,
+            Older::Stamped(1000),
             100,
             None,
             Keep {
@@ -620,7 +818,14 @@ mod tests {
         );
         // Without export, every old row goes but the newest (the
         // `unexported` gaps are detected now: they are not old).
-        let t = trim(&mut conn, 10_000, 100, None, Keep::default()).unwrap();
+        let t = trim(
+            &mut conn,
+            Older::Stamped(10_000),
+            100,
+            None,
+            Keep::default(),
+        )
+        .unwrap();
         assert_eq!(t.gaps, 2);
         assert_eq!(count(&conn, "SELECT count(*) FROM events"), 1);
     }
@@ -664,8 +869,9 @@ mod tests {
         // batches of at most 5 rows.
         let mut removed = 0;
         for c in &mut conns {
+            let old = receipts_before(c, 45);
             loop {
-                let n = compact_receipts(c, 7, 45, 2, 5).unwrap();
+                let n = compact_receipts(c, 7, old, 2, 5).unwrap();
                 assert!(n <= 5);
                 if n == 0 {
                     break;
@@ -677,8 +883,9 @@ mod tests {
         assert!(removed > 30, "{removed}");
         assert!(count(&conns[0], "SELECT count(*) FROM receipts") < 15);
         // Too few rows to be worth a summary: nothing changes.
+        let old = receipts_before(&conns[0], 45);
         assert_eq!(
-            compact_receipts(&mut conns[0], 7, 45, 1000, 5000).unwrap(),
+            compact_receipts(&mut conns[0], 7, old, 1000, 5000).unwrap(),
             0
         );
     }
@@ -701,7 +908,9 @@ mod tests {
         insert_receipt(&a, 7, 61, 70, 60, 200);
         // Compacting what is older than time 50 must not span B's stripes,
         // whose commits are younger than that.
-        compact_receipts(&mut a, 7, 50, 2, 100).unwrap();
+        let old = receipts_before(&a, 50);
+        assert_eq!(old, 3);
+        compact_receipts(&mut a, 7, old, 2, 100).unwrap();
         // A power cut takes B's recent commits back.
         b.execute("DELETE FROM receipts WHERE committed_at >= 100", [])
             .unwrap();
@@ -747,9 +956,15 @@ mod tests {
         }
         tx.commit().unwrap();
         let full = measure(&conn).unwrap();
-        while trim(&mut conn, i64::MAX, 1000, Some(&[1]), Keep::default())
-            .unwrap()
-            .more
+        while trim(
+            &mut conn,
+            Older::Stamped(i64::MAX),
+            1000,
+            Some(&[1]),
+            Keep::default(),
+        )
+        .unwrap()
+        .more
         {}
         let emptied = measure(&conn).unwrap();
         assert!(emptied.free_pages > 200, "{emptied:?}");

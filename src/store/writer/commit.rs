@@ -152,6 +152,12 @@ impl ShardWriter {
             crate::store::zones::record(&tx, lo, hi, counts.event_id_max)?;
         }
         insert_receipts(&tx, &mut self.runs, &self.shared.trackers, now_ns)?;
+        // When these rows were committed (once a minute), on a clock no
+        // wall clock step moves: what retention judges age by.
+        crate::store::retention::marks::record_each_minute(
+            &tx,
+            crate::store::retention::reckoning::now_ns(),
+        )?;
         // Before the commit: the map may claim more than the file holds
         // (if the commit fails), never less (see `store::zones`).
         self.shared.health.zones().widen(
