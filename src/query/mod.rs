@@ -6,9 +6,11 @@
 pub mod fanout;
 pub mod filter;
 pub mod follow;
+mod gate;
 mod peer;
 pub mod protocol;
 pub mod server;
+mod slots;
 
 pub use crate::store::rows::{EventRow, GapRow};
 pub use fanout::FanOut;

@@ -52,8 +52,11 @@ pub enum Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
-    /// MaxConcurrentQueries are running, or every connection thread
-    /// (MaxConcurrentQueries + 4) is taken; try again later.
+    /// No query slot for the peer's uid (MaxConcurrentQueries running,
+    /// its share held, or the rest kept for root and eventd's own user),
+    /// every report thread taken, or the connection cut before its request
+    /// came (its uid had too many waiting); the message says which. Try
+    /// again later.
     Busy,
     /// The peer's credentials do not allow reading events.
     Denied,

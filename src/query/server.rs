@@ -1,39 +1,52 @@
 //! The query server: a Unix socket in the run directory, access decided by
-//! the peer's credentials (SO_PEERCRED), one thread per admitted
-//! connection.
+//! the peer's credentials (SO_PEERCRED), one thread per request once it is
+//! read.
 //!
 //! Every bound, and what happens at it:
 //!
-//! - **Who gets a thread.** The accept thread reads each peer's credentials
-//!   itself. A peer that may not read events is answered `denied` there,
-//!   without a thread: what it already sent is read without blocking (so
-//!   that closing does not reset the connection before the answer is
-//!   read), the one line is written without blocking, and the connection
-//!   is closed. Group membership is the peer's own supplementary groups as
-//!   the kernel recorded them at connect (SO_PEERGROUPS): no user or group
-//!   database is read, so a flood costs two system calls per connection.
-//! - **Connection threads.** At most MaxConcurrentQueries +
-//!   [`REPORT_CONNECTIONS`] connections have a thread at once (waiting for
-//!   their request, running a query or answering a report). Beyond that
-//!   the accept thread answers `busy` itself, the same way as `denied`.
+//! - **Before the request.** One thread, the gate ([`super::gate`]),
+//!   accepts every connection and reads the request lines of all of them
+//!   with `poll`. A peer that may not read events is answered `denied`
+//!   there. A connection that has not sent its whole request has no thread
+//!   and no query slot; at most 2·MaxConcurrentQueries (at most 1024) wait
+//!   at once, at most an eighth of them from one uid (root and eventd's own
+//!   user excepted), and past either bound the oldest waiting connection of
+//!   that uid (or of the uid with the most waiting) is cut with `busy`. The
+//!   whole request line must arrive within [`REQUEST_DEADLINE`] of the
+//!   accept and be at most [`super::protocol::REQUEST_BYTES_MAX`] bytes;
+//!   otherwise `bad_request`. Every answer there is written without
+//!   blocking.
 //! - **Queries.** At most MaxConcurrentQueries queries (follows included)
-//!   run at once; a query past that is answered `busy`. Reports (`stats`,
-//!   `shards`, `config`, `metrics`) take no query slot, so they are still
-//!   answered while every query slot is held.
-//! - **The request.** The whole request line must arrive within
-//!   [`REQUEST_DEADLINE`] of the accept, however the bytes trickle in, and
-//!   be at most [`REQUEST_BYTES_MAX`] bytes; otherwise it is answered
-//!   `bad_request` and the connection closed, freeing its thread.
+//!   hold a slot at once, and a uid other than root and eventd's own user
+//!   at most a quarter of them (at least one), never the last free one (or
+//!   two) kept for root and eventd's own user ([`super::slots`]). A query
+//!   without a slot is answered `busy` by the gate, saying which bound
+//!   refused it; one with a slot gets a thread.
+//! - **Reports.** `stats`, `shards`, `config`, `metrics` and `export` take
+//!   no query slot: at most [`REPORT_CONNECTIONS`] are answered at once,
+//!   each in a thread, so they are answered while every query slot is held;
+//!   past that, `busy`.
 //! - **Writes.** A write that blocks for [`WRITE_TIMEOUT`] (a client that
 //!   stopped reading) ends the query, frees its slot and its thread.
+//!
+//! Descriptors: R2 (`routing::descriptor_allowance`) has a `4·Q` term
+//! beside the database connections' `4·Q·max(E,1)`, and the query server's
+//! own descriptors are to fit in it (Q is MaxConcurrentQueries). It holds
+//! at most `4·Q + 21`: the listener; at most `2·Q` waiting connections; at
+//! most `Q` query threads with their connection and at most one directory
+//! listing open each (a query writes through its connection itself, never
+//! a copy of it); at most [`REPORT_CONNECTIONS`] report threads with their
+//! connection, a listing and one database connection (3 descriptors) each.
+//! The 21 come out of R2's fixed 256.
 
 use super::fanout::FanOut;
 use super::filter::Filter;
 use super::follow::Follower;
+use super::gate::{refuse, Limits, Peer, RefusalLog};
 pub use super::peer::Access;
-use super::peer::{peer_credentials, peer_groups};
-use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
-use std::io::{Read, Write};
+use super::protocol::{error_line, ErrorCode, Request};
+use super::slots::{QuerySlot, ShareRule, Slots};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -49,15 +62,8 @@ use std::time::{Duration, Instant};
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The whole request line must have arrived this long after the accept.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
-/// Connection threads beyond MaxConcurrentQueries: room for reports (and
-/// for requests still being read) while every query slot is held.
+/// Reports answered at once (each in a thread, beside the query threads).
 pub const REPORT_CONNECTIONS: u64 = 4;
-/// Bytes a refused peer may have sent that the accept thread reads (and
-/// drops) before answering it: a whole request, and one more buffer.
-const REFUSAL_READ_BYTES_MAX: usize = REQUEST_BYTES_MAX + REFUSAL_READ_BYTES;
-const REFUSAL_READ_BYTES: usize = 4096;
-/// Refusals logged per second at most (the rest are counted only).
-const REFUSAL_LOGS_PER_SECOND: u32 = 4;
 
 /// Answers for the requests that are not queries (the daemon provides them;
 /// the query code never reaches into the writers).
@@ -74,47 +80,42 @@ pub struct QueryServer {
 /// What the query server counts, for `eventctl stats` and the metrics.
 #[derive(Debug, Default)]
 pub struct QueryStats {
-    /// Queries (follows included) holding a query slot now: the slot count
-    /// itself, taken and given back with AcqRel.
+    /// Queries (follows included) holding a query slot now: kept by the
+    /// slots ([`super::slots`]), under their lock.
     pub running: AtomicU64,
-    /// Connections with a thread now (reading their request, running a
-    /// query or answering a report): the connection-thread count itself,
-    /// at most MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
+    /// Connections with a thread now (running a query or answering a
+    /// report): at most MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
+    /// Connections waiting for their request have none.
     pub connections: AtomicU64,
     /// Requests answered (a slot taken, the request understood). Relaxed,
     /// like the refusals: monitoring only.
     pub served: AtomicU64,
-    /// Refused because MaxConcurrentQueries were running, or every
-    /// connection thread was taken.
+    /// Refused as busy: no query slot for the peer's uid (all taken, its
+    /// share held, or the rest kept for root and eventd's own user), every
+    /// report thread taken, or cut while waiting for its request (its uid
+    /// had too many waiting).
     pub refused_busy: AtomicU64,
     /// Refused because of the peer's credentials.
     pub refused_denied: AtomicU64,
-    /// Requests that could not be understood.
+    /// Requests that could not be understood, or did not come in time.
     pub refused_bad_request: AtomicU64,
     /// Queries that failed in the daemon (an unreadable store, say).
     pub failed: AtomicU64,
 }
 
-struct Shared {
+/// What the gate and the query threads share.
+pub(super) struct Shared {
     store_dir: PathBuf,
     health: Option<Arc<crate::store::StoreHealth>>,
-    access: Access,
-    max_queries: u64,
-    /// MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
-    max_connections: u64,
-    stats: Arc<QueryStats>,
+    pub access: Access,
+    pub limits: Limits,
+    pub slots: Arc<Slots>,
+    /// Report threads running now, at most [`REPORT_CONNECTIONS`].
+    reports: AtomicU64,
+    pub stats: Arc<QueryStats>,
     reporter: Reporter,
-    stop: Arc<AtomicBool>,
+    pub stop: Arc<AtomicBool>,
     pool: Arc<super::fanout::ConnectionPool>,
-}
-
-/// A query slot, given back when dropped (also when the client vanished).
-struct Slot<'a>(&'a AtomicU64);
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// Where and how a query server serves.
@@ -157,12 +158,14 @@ impl QueryServer {
         let listener = UnixListener::bind(&path)?;
         crate::access::files::set_mode_path(&path, mode)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let rule = ShareRule::new(max_queries, crate::access::own_uid());
         let shared = Arc::new(Shared {
             store_dir,
             health,
             access,
-            max_queries,
-            max_connections: max_queries.saturating_add(REPORT_CONNECTIONS),
+            limits: Limits::new(max_queries),
+            slots: Arc::new(Slots::new(rule, stats.clone())),
+            reports: AtomicU64::new(0),
             stats,
             reporter,
             stop: stop.clone(),
@@ -188,8 +191,8 @@ impl QueryServer {
 impl Drop for QueryServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Shutting a listening socket down makes a blocked accept return
-        // (EINVAL) on Linux, whatever happened to the socket's file.
+        // Shutting a listening socket down wakes the accept thread's poll
+        // (POLLHUP) on Linux, whatever happened to the socket's file.
         // SAFETY: the accept thread owns the listener and is still running
         // (it only ends after this), so the descriptor is open and ours.
         unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
@@ -201,205 +204,153 @@ impl Drop for QueryServer {
 }
 
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    let mut log = RefusalLog::default();
-    for stream in listener.incoming() {
-        if shared.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        match stream {
-            Ok(s) => admit(s, &shared, &mut log),
-            Err(e) => {
-                tracing::warn!(error = %e, "query socket: accept failed");
-                // Bounded: do not spin on a persistent error.
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
+    super::gate::run(listener, shared);
 }
 
-/// Decides, in the accept thread, whether a connection gets a thread: a
-/// denied peer, or one past the connection-thread cap, is answered here.
-fn admit(stream: UnixStream, shared: &Arc<Shared>, log: &mut RefusalLog) {
-    let accepted = Instant::now();
-    let (pid, uid, gid) = match peer_credentials(&stream) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!(error = %e, "query connection without peer credentials");
+/// Hands a connection whose request is in to a thread of its own: a query
+/// with a slot of its uid's, a report with one of the report threads. A
+/// request refused (a filter the server does not run, no slot, no report
+/// thread) is answered here, in the accept thread, without blocking.
+pub(super) fn dispatch(shared: &Arc<Shared>, peer: Peer, request: Request, log: &mut RefusalLog) {
+    let Peer { stream, pid, uid } = peer;
+    let Request::Query { filter, follow } = request else {
+        return dispatch_report(shared, stream, request, log, pid);
+    };
+    if let Err(message) = check_filter(&filter, follow) {
+        shared
+            .stats
+            .refused_bad_request
+            .fetch_add(1, Ordering::Relaxed);
+        refuse(stream, ErrorCode::BadRequest, &message);
+        return;
+    }
+    let slot = match shared.slots.take(uid) {
+        Ok(slot) => slot,
+        Err(why) => {
+            shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
+            if log.allow(Instant::now()) {
+                tracing::info!(pid, uid, "query refused: {why}");
+            }
+            refuse(stream, ErrorCode::Busy, &why.to_string());
             return;
         }
     };
-    if !shared.access.allows(uid, gid, &peer_groups(&stream)) {
-        shared.stats.refused_denied.fetch_add(1, Ordering::Relaxed);
-        if log.allow(accepted) {
-            tracing::info!(
-                pid,
-                uid,
-                gid,
-                "query refused: this peer may not read events"
-            );
-        }
-        let message = format!(
-            "uid {uid} may not read events: only root, eventd's own user and \
-             members of the query group may"
-        );
-        refuse(stream, ErrorCode::Denied, &message);
-        return;
-    }
-    // A connection thread (only while one is free), or busy at once.
+    let inner = shared.clone();
+    spawn(shared, move || {
+        serve_query(stream, &inner, filter, follow, slot, pid)
+    });
+}
+
+/// A report gets one of the [`REPORT_CONNECTIONS`] report threads, or
+/// `busy`.
+fn dispatch_report(
+    shared: &Arc<Shared>,
+    stream: UnixStream,
+    request: Request,
+    log: &mut RefusalLog,
+    pid: i32,
+) {
+    // AcqRel/Acquire: see `Counted`; only the count itself is guarded.
     let taken = shared
-        .stats
-        .connections
+        .reports
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < shared.max_connections).then_some(n + 1)
+            (n < REPORT_CONNECTIONS).then_some(n + 1)
         });
     if taken.is_err() {
         shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
-        if log.allow(accepted) {
-            tracing::info!(pid, uid, "query refused: every connection thread is taken");
+        if log.allow(Instant::now()) {
+            tracing::info!(pid, "report refused: every report thread is taken");
         }
-        let message = format!(
-            "{} connections are being served (MaxConcurrentQueries + {REPORT_CONNECTIONS}); \
-             try again",
-            shared.max_connections
-        );
+        let message = format!("{REPORT_CONNECTIONS} reports are being answered; try again");
         refuse(stream, ErrorCode::Busy, &message);
         return;
     }
-    let inner = shared.clone();
+    let report = Counted(shared.clone(), |s| &s.reports);
+    spawn(shared, move || {
+        serve_report(stream, &report.0, &request);
+        drop(report);
+    });
+}
+
+/// A count in [`Shared`] taken for a thread, given back when dropped (also
+/// when the thread could not start and its closure was dropped unrun).
+/// AcqRel, like the taking: the counts publish no other data, and any
+/// ordering keeps a read-modify-write count exact.
+struct Counted(Arc<Shared>, fn(&Shared) -> &AtomicU64);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        (self.1)(&self.0).fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Runs `work` in a connection thread (counted in `connections`).
+fn spawn(shared: &Arc<Shared>, work: impl FnOnce() + Send + 'static) {
+    // AcqRel: see `Counted`.
+    shared.stats.connections.fetch_add(1, Ordering::AcqRel);
+    let thread = Counted(shared.clone(), |s| &s.stats.connections);
     let spawned = std::thread::Builder::new()
         .name("query".into())
         .spawn(move || {
-            let _thread = Slot(&inner.stats.connections);
-            serve(stream, &inner, accepted, pid);
+            work();
+            drop(thread);
         });
     if let Err(e) = spawned {
-        // The closure (and the stream in it) was dropped unrun.
-        shared.stats.connections.fetch_sub(1, Ordering::AcqRel);
+        // The closure (the connection, its slot and counts in it) was
+        // dropped unrun, giving everything back.
         tracing::error!(error = %e, "query connection dropped: cannot start a thread");
     }
 }
 
-/// At most [`REFUSAL_LOGS_PER_SECOND`] refusals logged per second: a flood
-/// of refused connections is counted, not written to the log one by one.
-#[derive(Default)]
-struct RefusalLog {
-    second: Option<Instant>,
-    logged: u32,
+/// The connection as the query's thread uses it: blocking, with writes
+/// that give up after [`WRITE_TIMEOUT`].
+fn blocking(stream: &UnixStream) -> bool {
+    stream.set_nonblocking(false).is_ok() && stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_ok()
 }
 
-impl RefusalLog {
-    fn allow(&mut self, now: Instant) -> bool {
-        match self.second {
-            Some(s) if now.duration_since(s) < Duration::from_secs(1) => {}
-            _ => {
-                self.second = Some(now);
-                self.logged = 0;
-            }
-        }
-        self.logged += 1;
-        self.logged <= REFUSAL_LOGS_PER_SECOND
-    }
-}
-
-/// Answers a connection with one error line without ever blocking (the
-/// accept thread calls it): reads what the peer already sent, at most
-/// [`REFUSAL_READ_BYTES_MAX`] bytes, so that the close does not reset the
-/// connection before the peer reads the answer; writes the line if the
-/// socket takes it whole at once (an empty socket buffer always does);
-/// closes.
-fn refuse(mut stream: UnixStream, code: ErrorCode, message: &str) {
-    if stream.set_nonblocking(true).is_err() {
+/// A query's thread: runs it holding `_slot`, then gives the slot back.
+fn serve_query(
+    stream: UnixStream,
+    shared: &Shared,
+    filter: Filter,
+    follow: bool,
+    _slot: QuerySlot,
+    pid: i32,
+) {
+    if !blocking(&stream) {
         return;
     }
-    let mut buf = [0u8; REFUSAL_READ_BYTES];
-    let mut read = 0;
-    while read < REFUSAL_READ_BYTES_MAX {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => read += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break, // WouldBlock: nothing more sent yet
+    shared.stats.served.fetch_add(1, Ordering::Relaxed);
+    let result = match run_query(&stream, shared, filter, follow) {
+        // The client is still there (a store that cannot be read, say):
+        // tell it, rather than just closing.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && !peer_gone(&stream) => {
+            shared.stats.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(pid, error = %e, "query failed");
+            writeln!(
+                &stream,
+                "{}",
+                error_line(ErrorCode::Internal, &e.to_string())
+            )
         }
-    }
-    let mut line = error_line(code, message);
-    line.push('\n');
-    // One attempt: a peer whose buffer cannot take a few hundred bytes is
-    // not waited for.
-    let _ = stream.write(line.as_bytes());
-}
-
-// Longer than the ~70 lines a function should be: the life of one connection,
-// request to answer, each refusal answered where it is found.
-fn serve(mut stream: UnixStream, shared: &Shared, accepted: Instant, pid: i32) {
-    // A client that stops reading gets its query ended, not a slot forever.
-    if stream.set_write_timeout(Some(WRITE_TIMEOUT)).is_err() {
-        return;
-    }
-    let request = match read_request(&stream, accepted + REQUEST_DEADLINE) {
-        Ok(r) => r,
-        Err(message) => {
-            shared
-                .stats
-                .refused_bad_request
-                .fetch_add(1, Ordering::Relaxed);
-            let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
-            return;
-        }
-    };
-    let result = match request {
-        Request::Query { filter, follow } => {
-            if let Err(message) = check_filter(&filter, follow) {
-                shared
-                    .stats
-                    .refused_bad_request
-                    .fetch_add(1, Ordering::Relaxed);
-                let _ = writeln!(stream, "{}", error_line(ErrorCode::BadRequest, &message));
-                return;
-            }
-            // Take a query slot (only while one is free), or answer busy.
-            let taken =
-                shared
-                    .stats
-                    .running
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                        (n < shared.max_queries).then_some(n + 1)
-                    });
-            if taken.is_err() {
-                shared.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
-                let message = format!(
-                    "{} queries are running (MaxConcurrentQueries); try again",
-                    shared.max_queries
-                );
-                let _ = writeln!(stream, "{}", error_line(ErrorCode::Busy, &message));
-                return;
-            }
-            let _slot = Slot(&shared.stats.running);
-            shared.stats.served.fetch_add(1, Ordering::Relaxed);
-            match run_query(&mut stream, shared, filter, follow) {
-                // The client is still there (a store that cannot be read,
-                // say): tell it, rather than just closing.
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe && !peer_gone(&stream) => {
-                    shared.stats.failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(pid, error = %e, "query failed");
-                    writeln!(
-                        stream,
-                        "{}",
-                        error_line(ErrorCode::Internal, &e.to_string())
-                    )
-                }
-                other => other,
-            }
-        }
-        other => {
-            shared.stats.served.fetch_add(1, Ordering::Relaxed);
-            let answer = (shared.reporter)(&other);
-            writeln!(stream, "{answer}")
-        }
+        other => other,
     };
     if let Err(e) = result {
         // Usually the client went away mid-stream; its slot and databases
         // are released as this returns.
         tracing::debug!(pid, error = %e, "query connection ended");
+    }
+}
+
+/// A report's thread.
+fn serve_report(stream: UnixStream, shared: &Shared, request: &Request) {
+    if !blocking(&stream) {
+        return;
+    }
+    shared.stats.served.fetch_add(1, Ordering::Relaxed);
+    let answer = (shared.reporter)(request);
+    if let Err(e) = writeln!(&stream, "{answer}") {
+        tracing::debug!(error = %e, "report connection ended");
     }
 }
 
@@ -416,68 +367,14 @@ fn check_filter(filter: &Filter, follow: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the request line, which must be complete by `deadline` (each
-/// read waits at most until then) and at most [`REQUEST_BYTES_MAX`] bytes.
-/// Bytes after the newline are ignored. A client that closes its end after
-/// the request without a newline is taken as having sent it whole.
-fn read_request(stream: &UnixStream, deadline: Instant) -> Result<Request, String> {
-    let mut line: Vec<u8> = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!(
-                "no complete request line within {} s of connecting",
-                REQUEST_DEADLINE.as_secs()
-            ));
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|e| format!("reading the request: {e}"))?;
-        let n = match (&*stream).read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue; // the deadline is checked at the top
-            }
-            Err(e) => return Err(format!("reading the request: {e}")),
-        };
-        match chunk[..n].iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                line.extend_from_slice(&chunk[..i]);
-                break;
-            }
-            None => line.extend_from_slice(&chunk[..n]),
-        }
-        if line.len() > REQUEST_BYTES_MAX {
-            break;
-        }
-    }
-    if line.len() > REQUEST_BYTES_MAX {
-        return Err(format!("request longer than {REQUEST_BYTES_MAX} bytes"));
-    }
-    let line = String::from_utf8_lossy(&line);
-    if line.trim().is_empty() {
-        return Err("empty request: send one JSON object on one line".to_string());
-    }
-    serde_json::from_str(&line).map_err(|e| format!("malformed request: {e}"))
-}
-
 fn run_query(
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     shared: &Shared,
     filter: Filter,
     follow: bool,
 ) -> std::io::Result<()> {
     let (after, gaps_after) = (filter.after, filter.gaps_after);
-    let mut out = std::io::BufWriter::new(stream.try_clone()?);
+    let mut out = std::io::BufWriter::new(stream);
     // Follow: what exists now is listed first, then what commits later.
     let follower = if follow {
         Some(Follower::snapshot(&shared.store_dir, &filter)?)
