@@ -91,6 +91,7 @@ impl Parsed<'_> {
 
 /// Text of `bytes`: borrowed when it is UTF-8, else with U+FFFD in place of
 /// each bad sequence (the caller keeps the raw bytes).
+#[inline]
 pub(super) fn text<'a>(bytes: &'a [u8], problems: &mut Vec<&'static str>) -> Cow<'a, str> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Cow::Borrowed(s),

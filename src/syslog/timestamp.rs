@@ -23,10 +23,6 @@ pub struct Rfc3339 {
 /// year could be is not taken for one.
 const YEARS: std::ops::RangeInclusive<u32> = 1970..=2099;
 
-const MONTHS: [&[u8; 3]; 12] = [
-    b"jan", b"feb", b"mar", b"apr", b"may", b"jun", b"jul", b"aug", b"sep", b"oct", b"nov", b"dec",
-];
-
 /// Reads fixed-width numbers and separators off the start of a text.
 struct Cursor<'a> {
     s: &'a [u8],
@@ -114,6 +110,7 @@ impl Cursor<'_> {
 /// `YYYY-MM-DD(T|t| )hh:mm:ss[(.|,)frac][Z|z|+hh:mm|-hh:mm]` at the start
 /// of `s` (syslog-ng's reading: a space for the `T`, a comma for the dot
 /// and no offset are what some senders write; they make it not `strict`).
+#[inline]
 pub fn rfc3339(s: &[u8]) -> Option<Rfc3339> {
     let mut c = Cursor { s, at: 0 };
     let year = c.number(4, 0..=9999)?;
@@ -153,15 +150,55 @@ pub fn rfc3339(s: &[u8]) -> Option<Rfc3339> {
 /// Cisco writes it) or after it (`Aug 10 22:18:24 2021 `, followed by a
 /// space), and the `*` or `.` Cisco puts first to say whether its clock is
 /// synchronized.
+#[inline]
 pub fn bsd(s: &[u8]) -> Option<usize> {
+    common_bsd(s).or_else(|| any_bsd(s))
+}
+
+/// The form nearly every sender writes, `Mmm dd hh:mm:ss` with the day
+/// padded, read by position; `None` for anything else, and when a
+/// fraction or a year follows.
+fn common_bsd(s: &[u8]) -> Option<usize> {
+    let t: &[u8; 15] = s.get(..15)?.try_into().ok()?;
+    let digit = |i: usize| t[i].is_ascii_digit();
+    let two = |i: usize| u32::from(t[i] - b'0') * 10 + u32::from(t[i + 1] - b'0');
+    let shape = month(&t[..3])
+        && t[3] == b' '
+        && (t[4] == b' ' || digit(4))
+        && digit(5)
+        && t[6] == b' '
+        && digit(7)
+        && digit(8)
+        && t[9] == b':'
+        && digit(10)
+        && digit(11)
+        && t[12] == b':'
+        && digit(13)
+        && digit(14);
+    if !shape {
+        return None;
+    }
+    let day = if t[4] == b' ' {
+        u32::from(t[5] - b'0')
+    } else {
+        two(4)
+    };
+    let in_range = (1..=31).contains(&day) && two(7) <= 23 && two(10) <= 59 && two(13) <= 60;
+    let extended = match s.get(15) {
+        Some(b'.' | b',') => true,
+        Some(b' ') => s.get(16).is_some_and(u8::is_ascii_digit),
+        _ => false,
+    };
+    (in_range && !extended).then_some(15)
+}
+
+/// Every BSD form, read field by field.
+fn any_bsd(s: &[u8]) -> Option<usize> {
     let mut c = Cursor { s, at: 0 };
     if !(c.eat(b'*') || c.eat(b'.')) {
         year_and_space(&mut c);
     }
-    let month = s.get(c.at..c.at + 3)?;
-    if !MONTHS.iter().any(|m| month.eq_ignore_ascii_case(*m)) {
-        return None;
-    }
+    month(s.get(c.at..c.at + 3)?).then_some(())?;
     c.at += 3;
     c.eat(b' ').then_some(())?;
     c.eat(b' ');
@@ -178,6 +215,30 @@ pub fn bsd(s: &[u8]) -> Option<usize> {
         c.at = end;
     }
     Some(c.at)
+}
+
+/// Whether `name` is a month's three letters, in any case.
+fn month(name: &[u8]) -> bool {
+    let &[a, b, c] = name else {
+        return false;
+    };
+    // `| 0x20` lowers ASCII letters and maps no other byte onto one.
+    let lower = [a | 0x20, b | 0x20, c | 0x20];
+    matches!(
+        &lower,
+        b"jan"
+            | b"feb"
+            | b"mar"
+            | b"apr"
+            | b"may"
+            | b"jun"
+            | b"jul"
+            | b"aug"
+            | b"sep"
+            | b"oct"
+            | b"nov"
+            | b"dec"
+    )
 }
 
 /// Takes `YYYY ` (a year in [`YEARS`] and a space) if next.
@@ -255,6 +316,30 @@ mod tests {
         ] {
             assert_eq!(rfc3339(bad), None, "{}", String::from_utf8_lossy(bad));
         }
+    }
+
+    #[test]
+    fn the_common_form_is_read_as_the_general_reading_reads_it() {
+        // Every month, day, hour, minute and second, each way it can be
+        // written, and a few bytes after it.
+        let mut lines = Vec::new();
+        for month in ["Jan", "feb", "MAR", "Dec", "Foo"] {
+            for day in ["01", " 1", "1 ", "00", "31", "32", " 0", "x1"] {
+                for clock in ["00:00:00", "23:59:60", "24:00:00", "10:60:00", "10:00:61"] {
+                    for after in ["", " ", ":", ". ", ".5", ",5", " 2021 ", " 1234 ", " host"] {
+                        lines.push(format!("{month} {day} {clock}{after}"));
+                    }
+                }
+            }
+        }
+        for line in &lines {
+            let s = line.as_bytes();
+            if let Some(len) = common_bsd(s) {
+                assert_eq!(any_bsd(s), Some(len), "{line:?}");
+            }
+            assert_eq!(bsd(s), any_bsd(s), "{line:?}");
+        }
+        assert!(lines.iter().any(|l| common_bsd(l.as_bytes()).is_some()));
     }
 
     #[test]
