@@ -218,6 +218,7 @@ fn any_bsd(s: &[u8]) -> Option<usize> {
 }
 
 /// Whether `name` is a month's three letters, in any case.
+#[inline]
 fn month(name: &[u8]) -> bool {
     let &[a, b, c] = name else {
         return false;
