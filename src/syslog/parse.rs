@@ -71,7 +71,7 @@ pub struct Parsed<'a> {
 
 impl Parsed<'_> {
     /// Nothing read yet (facility and severity are set by [`parse`]).
-    pub(super) fn empty(format: Format) -> Self {
+    fn empty(format: Format) -> Self {
         Parsed {
             format,
             facility: 0,
