@@ -421,6 +421,25 @@ mod tests {
     }
 
     #[test]
+    fn parts_are_borrowed_from_utf8_and_converted_when_not() {
+        let mut problems = Vec::new();
+        let p = parse("Dec  4 10:00:00 prög[1]: été".as_bytes(), &mut problems);
+        assert!(problems.is_empty());
+        assert!(matches!(p.app_name, Some(Cow::Borrowed("prög"))));
+        assert!(matches!(p.procid, Some(Cow::Borrowed("1"))));
+        assert!(matches!(p.message, Cow::Borrowed("été")));
+        // Not a host name's letters: the tag.
+        let p = parse("Dec  4 10:00:00 hôte x".as_bytes(), &mut problems);
+        assert_eq!((p.hostname, p.app_name.as_deref()), (None, Some("hôte")));
+        let p = parse(b"Dec  4 10:00:00 host pr\xF6g[1]: \xE9t\xE9", &mut problems);
+        assert_eq!(problems, ["not UTF-8"]);
+        assert_eq!(p.hostname.as_deref(), Some("host"));
+        assert_eq!(p.app_name.as_deref(), Some("pr\u{FFFD}g"));
+        assert_eq!(p.procid.as_deref(), Some("1"));
+        assert_eq!(p.message, "\u{FFFD}t\u{FFFD}");
+    }
+
+    #[test]
     fn a_timestamp_must_end_its_word() {
         let p = read("Dec  4 10:00:00x app: y");
         assert_eq!(p.format, Format::Unstructured);

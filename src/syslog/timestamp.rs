@@ -14,8 +14,8 @@ pub struct Rfc3339 {
     pub len: usize,
     /// Nanoseconds since the Unix epoch, when it names its offset.
     pub instant: Option<i64>,
-    /// Whether it is what RFC 5424 allows: a `T`, at most six digits of
-    /// fraction, an offset.
+    /// Whether it is what RFC 5424 allows: a `T`, a fraction (if any) of
+    /// one to six digits after a dot, an offset.
     pub strict: bool,
 }
 
