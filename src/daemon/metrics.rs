@@ -400,6 +400,12 @@ fn syslog(e: &mut Exposition, state: &DaemonState) {
             &y.malformed,
         ),
         (
+            "eventd_syslog_unstructured_total",
+            "Syslog messages stored whole as plain text: neither an RFC 5424 nor an RFC 3164 \
+             header was found.",
+            &y.unstructured,
+        ),
+        (
             "eventd_syslog_truncated_total",
             "Syslog messages stored cut to fit a ring record or the receive buffer.",
             &y.truncated,

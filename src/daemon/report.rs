@@ -136,6 +136,7 @@ fn syslog_stats(state: &DaemonState) -> Value {
         "received": y.received.load(Ordering::Relaxed),
         "stored": y.stored.load(Ordering::Relaxed),
         "malformed": y.malformed.load(Ordering::Relaxed),
+        "unstructured": y.unstructured.load(Ordering::Relaxed),
         "truncated": y.truncated.load(Ordering::Relaxed),
         "rejected_empty": y.rejected_empty.load(Ordering::Relaxed),
         "rejected_too_large": y.rejected_too_large.load(Ordering::Relaxed),

@@ -29,7 +29,9 @@
 pub mod parse;
 pub mod record;
 pub mod recvmmsg;
+pub mod rfc3164;
 pub mod stream;
+pub mod timestamp;
 pub mod uring;
 
 pub use crate::rings::drops::{DropReport, Drops};
@@ -68,6 +70,9 @@ pub struct SyslogStats {
     pub stored: AtomicU64,
     /// Stored, with problems noted and the raw bytes kept.
     pub malformed: AtomicU64,
+    /// Stored whole as plain text: neither an RFC 5424 nor an RFC 3164
+    /// header was found (`fields.format` is `unstructured`).
+    pub unstructured: AtomicU64,
     /// Stored cut to fit a ring record or the receive buffer.
     pub truncated: AtomicU64,
     pub rejected_empty: AtomicU64,

@@ -1,12 +1,14 @@
-//! Parsing syslog messages: RFC 5424, RFC 3164 (the BSD format, including
-//! the hostname-less form that glibc's `syslog(3)` and `logger` write to
-//! `/dev/log`), and anything else, best effort.
+//! Parsing syslog messages: RFC 5424 (here), RFC 3164 (the BSD format with
+//! the variants real senders write, including the hostname-less form that
+//! glibc's `syslog(3)` and `logger` write to `/dev/log`: [`super::rfc3164`]),
+//! and anything else, stored whole.
 //!
 //! The parser never fails: whatever arrives becomes a [`Parsed`] message,
 //! with the parts it could not read left out and a note in
 //! [`Parsed::problems`] saying what was wrong. Callers keep the raw bytes
 //! when there is a problem, so nothing the sender wrote is lost.
 
+use super::{rfc3164, timestamp};
 use std::borrow::Cow;
 
 /// Facility and severity when a message has no valid `<PRI>`: user.notice,
@@ -48,9 +50,13 @@ pub struct Parsed<'a> {
     pub facility: u8,
     /// 0 (emerg) ..= 7 (debug).
     pub severity: u8,
-    /// The timestamp as written (RFC 3339 for 5424, `Mmm dd hh:mm:ss` for
-    /// 3164), if any.
+    /// The timestamp as written (RFC 3339 for 5424; for 3164 a BSD
+    /// timestamp such as `Mmm dd hh:mm:ss`, or RFC 3339), if any.
     pub timestamp: Option<Cow<'a, str>>,
+    /// The instant the timestamp names, in nanoseconds since the Unix
+    /// epoch: only for RFC 3339 timestamps with an offset (a BSD timestamp
+    /// names no year and no zone, and none is guessed).
+    pub timestamp_ns: Option<i64>,
     pub hostname: Option<Cow<'a, str>>,
     /// RFC 5424 APP-NAME, or the RFC 3164 tag.
     pub app_name: Option<Cow<'a, str>>,
@@ -71,6 +77,7 @@ impl Parsed<'_> {
             facility: 0,
             severity: 0,
             timestamp: None,
+            timestamp_ns: None,
             hostname: None,
             app_name: None,
             procid: None,
@@ -82,13 +89,10 @@ impl Parsed<'_> {
     }
 }
 
-const MONTHS: [&[u8]; 12] = [
-    b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
-];
-
 /// Text of `bytes`: borrowed when it is UTF-8, else with U+FFFD in place of
 /// each bad sequence (the caller keeps the raw bytes).
-fn text<'a>(bytes: &'a [u8], problems: &mut Vec<&'static str>) -> Cow<'a, str> {
+#[inline]
+pub(super) fn text<'a>(bytes: &'a [u8], problems: &mut Vec<&'static str>) -> Cow<'a, str> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => {
@@ -119,7 +123,7 @@ pub fn parse(input: &[u8]) -> Parsed<'_> {
     let mut parsed = if let Some(after) = rest.strip_prefix(b"1 ") {
         rfc5424(after, &mut problems)
     } else {
-        rfc3164(rest, &mut problems)
+        rfc3164::parse(rest, &mut problems)
     };
     parsed.facility = priority >> 3;
     parsed.severity = priority & 7;
@@ -183,8 +187,10 @@ fn rfc5424<'a>(input: &'a [u8], problems: &mut Vec<&'static str>) -> Parsed<'a> 
     }
     parsed = fill(parsed, header);
     if let Some(ts) = &parsed.timestamp {
-        if !looks_like_rfc3339(ts.as_bytes()) {
-            problems.push("malformed RFC 5424 timestamp");
+        let read = timestamp::rfc3339(ts.as_bytes()).filter(|t| t.len == ts.len());
+        match read {
+            Some(t) if t.strict => parsed.timestamp_ns = t.instant,
+            _ => problems.push("malformed RFC 5424 timestamp"),
         }
     }
     // STRUCTURED-DATA: "-" or one or more [elements].
@@ -219,44 +225,6 @@ fn fill<'a>(mut parsed: Parsed<'a>, header: [Option<Cow<'a, str>>; 5]) -> Parsed
     parsed.procid = procid;
     parsed.msgid = msgid;
     parsed
-}
-
-/// `YYYY-MM-DDThh:mm:ss[.frac](Z|+hh:mm|-hh:mm)`, checked by shape.
-fn looks_like_rfc3339(ts: &[u8]) -> bool {
-    let digits =
-        |r: std::ops::Range<usize>| ts.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
-    if ts.len() < 20
-        || !digits(0..4)
-        || ts[4] != b'-'
-        || !digits(5..7)
-        || ts[7] != b'-'
-        || !digits(8..10)
-        || !(ts[10] == b'T' || ts[10] == b't')
-        || !digits(11..13)
-        || ts[13] != b':'
-        || !digits(14..16)
-        || ts[16] != b':'
-        || !digits(17..19)
-    {
-        return false;
-    }
-    let mut at = 19;
-    if ts[at] == b'.' {
-        let frac = ts[at + 1..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        // RFC 5424 allows up to six digits (microseconds).
-        if frac == 0 || frac > 6 {
-            return false;
-        }
-        at += 1 + frac;
-    }
-    match &ts[at..] {
-        [b'Z' | b'z'] => true,
-        [b'+' | b'-', h1, h2, b':', m1, m2] => [h1, h2, m1, m2].iter().all(|d| d.is_ascii_digit()),
-        _ => false,
-    }
 }
 
 /// One or more `[id param="value" ...]` elements; `None` if malformed.
@@ -330,85 +298,6 @@ fn quoted(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     None
 }
 
-/// RFC 3164 after `<PRI>`: `[TIMESTAMP ][HOSTNAME ]TAG[PID]: MSG`, where
-/// the local form (what `/dev/log` gets) has no hostname.
-fn rfc3164<'a>(input: &'a [u8], problems: &mut Vec<&'static str>) -> Parsed<'a> {
-    let mut parsed = Parsed::empty(Format::Rfc3164);
-    let mut rest = input;
-    if let Some(after) = bsd_timestamp(rest) {
-        parsed.timestamp = Some(text(&rest[..15], problems));
-        rest = after;
-    }
-    // TAG: up to 32 alphanumerics and a few punctuation marks, then '[',
-    // ':' or a space. A first word that is not followed by one of those
-    // but by another word ending in ':' or '[' is a hostname.
-    let tag = |s: &'a [u8]| -> Option<(usize, &'a [u8])> {
-        let n = s
-            .iter()
-            .take_while(|&&b| b.is_ascii_graphic() && b != b'[' && b != b':')
-            .count();
-        (n > 0 && n <= 48).then_some((n, &s[n..]))
-    };
-    let mut header = tag(rest);
-    if parsed.timestamp.is_some() {
-        if let Some((n, after)) = header {
-            if after.first() == Some(&b' ') {
-                // "host tag: msg" — the first word was the hostname.
-                if let Some((m, after_tag)) = tag(&after[1..]) {
-                    if matches!(after_tag.first(), Some(b'[' | b':')) {
-                        parsed.hostname = Some(text(&rest[..n], problems));
-                        rest = &after[1..];
-                        header = Some((m, after_tag));
-                    }
-                }
-            }
-        }
-    }
-    match header {
-        Some((n, after)) if matches!(after.first(), Some(b'[' | b':')) => {
-            parsed.app_name = Some(text(&rest[..n], problems));
-            let mut after = after;
-            if after.first() == Some(&b'[') {
-                if let Some(close) = after.iter().position(|&b| b == b']') {
-                    parsed.procid = Some(text(&after[1..close], problems));
-                    after = &after[close + 1..];
-                } else {
-                    problems.push("unclosed [pid] in tag");
-                }
-            }
-            let after = after.strip_prefix(b":").unwrap_or(after);
-            let after = after.strip_prefix(b" ").unwrap_or(after);
-            parsed.message = text(after, problems);
-        }
-        _ => {
-            if parsed.timestamp.is_none() {
-                parsed.format = Format::Unstructured;
-            }
-            parsed.message = text(rest, problems);
-        }
-    }
-    parsed
-}
-
-/// `Mmm dd hh:mm:ss ` (day space-padded): the rest after it.
-fn bsd_timestamp(s: &[u8]) -> Option<&[u8]> {
-    if s.len() < 16 || !MONTHS.contains(&&s[0..3]) || s[3] != b' ' {
-        return None;
-    }
-    let day_ok = (s[4] == b' ' || s[4].is_ascii_digit()) && s[5].is_ascii_digit();
-    let time_ok = s[6] == b' '
-        && s[7].is_ascii_digit()
-        && s[8].is_ascii_digit()
-        && s[9] == b':'
-        && s[10].is_ascii_digit()
-        && s[11].is_ascii_digit()
-        && s[12] == b':'
-        && s[13].is_ascii_digit()
-        && s[14].is_ascii_digit()
-        && s[15] == b' ';
-    (day_ok && time_ok).then_some(&s[16..])
-}
-
 /// Facility names (RFC 5424 table 1, with the usual short names).
 pub fn facility_name(facility: u8) -> &'static str {
     const NAMES: [&str; 24] = [
@@ -436,6 +325,7 @@ mod tests {
         assert_eq!(m.format, Format::Rfc5424);
         assert_eq!((m.facility, m.severity), (20, 5));
         assert_eq!(m.timestamp.as_deref(), Some("2003-10-11T22:14:15.003Z"));
+        assert_eq!(m.timestamp_ns, Some(1_065_910_455_003_000_000));
         assert_eq!(m.hostname.as_deref(), Some("mymachine.example.com"));
         assert_eq!(m.app_name.as_deref(), Some("evntslog"));
         assert_eq!(m.procid.as_deref(), Some("8710"));
@@ -523,6 +413,17 @@ mod tests {
         assert_eq!(m.hostname.as_deref(), Some("host"));
         let m = parse(b"<13>1 yesterday h a p m [broken sd");
         assert!(m.problems.contains(&"malformed RFC 5424 timestamp"));
+        for ts in [
+            "2026-11-30T10:00:00.1234567Z",
+            "2026-11-30T10:00:00,5Z",
+            "2026-11-30T10:00:00",
+            "2026-02-30T10:00:00Z",
+        ] {
+            let line = format!("<13>1 {ts} h a p m - text");
+            let m = parse(line.as_bytes());
+            assert_eq!(m.problems, ["malformed RFC 5424 timestamp"], "{ts}");
+            assert_eq!((m.timestamp.as_deref(), m.timestamp_ns), (Some(ts), None));
+        }
         assert!(m.problems.contains(&"malformed structured data"));
         assert_eq!(m.message, "[broken sd");
         let m = parse(b"<13>app: caf\xE9 \xFF");

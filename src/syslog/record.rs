@@ -107,9 +107,14 @@ struct Fields<'a> {
     procid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     msgid: Option<&'a str>,
-    /// The timestamp the message claims (`ts` is when eventd received it).
+    /// The timestamp the message claims, as written (`ts` is when eventd
+    /// received it).
     #[serde(skip_serializing_if = "Option::is_none")]
     timestamp: Option<&'a str>,
+    /// The instant that timestamp names, in ns since the Unix epoch, when
+    /// it names its offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp_ns: Option<i64>,
     #[serde(skip_serializing_if = "Sd::is_empty")]
     sd: Sd<'a, 'a>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -244,6 +249,9 @@ impl Ingest {
         };
         if !parsed.problems.is_empty() {
             s.malformed.fetch_add(1, Ordering::Relaxed);
+        }
+        if parsed.format == parse::Format::Unstructured {
+            s.unstructured.fetch_add(1, Ordering::Relaxed);
         }
         if cut || event.message.len() < parsed.message.len() {
             s.truncated.fetch_add(1, Ordering::Relaxed);
@@ -401,6 +409,7 @@ fn build<'p>(
         procid: parsed.procid.as_deref(),
         msgid: parsed.msgid.as_deref(),
         timestamp: parsed.timestamp.as_deref(),
+        timestamp_ns: parsed.timestamp_ns,
         sd: Sd(&parsed.structured_data),
         problems,
         // What did not parse is kept as it came (if it fits a record).
@@ -503,6 +512,8 @@ mod tests {
         assert_eq!(f["gid"], 100);
         assert_eq!(f["facility"], "authpriv");
         assert_eq!(f["hostname"], "web01");
+        assert_eq!(f["timestamp"], "2026-11-30T10:00:00Z");
+        assert_eq!(f["timestamp_ns"], 1_796_032_800_000_000_000_i64);
         assert_eq!(f["sd"]["req@1"]["id"], "7");
         assert!(f.get("problems").is_none() && f.get("raw_base64").is_none());
     }
