@@ -242,7 +242,7 @@ pub fn trim(
         if keep.forced && keep.exported.is_some() {
             done.unexported = record_unexported(&tx, &batch, args, events_through)?;
         }
-        uncount_rings(&tx, batch, args)?;
+        uncount_rings(&tx, &batch, args)?;
         done.events = tx.execute(
             &format!("DELETE FROM events WHERE id IN (SELECT id FROM ({batch}))"),
             args,
