@@ -201,10 +201,10 @@ pub struct Settings {
 impl ConfigFile {
     /// Parses TOML text; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        toml::from_str(text).map_err(|e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             // It quotes the line: an ExportUrl's credentials stay out.
-            message: crate::export::redact::patterns(e.to_string().trim_end()),
+            message: crate::export::redact::patterns(&parse_problem(text, &e)),
         })
     }
 
@@ -395,6 +395,28 @@ impl ConfigFile {
             }),
         }))
     }
+}
+
+/// A TOML error on one line (toml's own text spans several, which a
+/// service manager logs as several records): where it is, the line as
+/// written (the key is often named only there) and what is wrong.
+fn parse_problem(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = &text.as_bytes()[..span.start.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    let quoted = text[line_start..].lines().next().unwrap_or("").trim();
+    format!("line {line}, column {column} ({quoted:?}): {message}")
 }
 
 /// The default `QueryIndexes`, parsed.

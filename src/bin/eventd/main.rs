@@ -1,64 +1,13 @@
 //! `eventd`: argument parsing and a call into the library.
 
+mod cli;
+
 use anyhow::Context;
 use clap::Parser;
-use eventd::config::{ConfigFile, DATA_DIR_DEFAULT};
+use cli::{Args, LogFormat};
+use eventd::config::ConfigFile;
 use eventd::daemon::signals::ShutdownSignals;
 use eventd::daemon::{Daemon, Tunables};
-use std::path::PathBuf;
-
-/// Per-host event collection daemon: drains the per-CPU KMES rings into
-/// sharded SQLite databases.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// Data directory: rings in DIR/kmes, shards in DIR/store, sockets in DIR/run.
-    #[arg(long, global = true, value_name = "DIR", default_value = DATA_DIR_DEFAULT)]
-    data_dir: PathBuf,
-    /// TOML configuration file (seed key names; see packaging/eventd.toml).
-    /// Without it eventd runs with embedded defaults.
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Stripe length L (R5); internal, for tests and the load harness.
-    #[arg(long, hide = true, value_name = "N")]
-    stripe_len: Option<std::num::NonZeroU32>,
-    /// Slots of each shard channel; internal, for tests and the load harness.
-    #[arg(long, hide = true, value_name = "N")]
-    channel_slots: Option<usize>,
-    /// Byte budget of each shard channel; internal, as above.
-    #[arg(long, hide = true, value_name = "BYTES")]
-    channel_bytes: Option<u64>,
-    /// Log line format on stderr. The level filter comes from EVENTD_LOG
-    /// (tracing's EnvFilter syntax, e.g. "info" or "eventd=debug"; default
-    /// "info").
-    #[arg(long, value_enum, default_value = "text")]
-    log_format: LogFormat,
-    /// Milliseconds between retention passes; internal, for tests.
-    #[arg(long, hide = true, value_name = "MS")]
-    retention_interval_ms: Option<u64>,
-    /// The export stage's HTTP deadline in milliseconds; internal, for
-    /// tests.
-    #[arg(long, hide = true, value_name = "MS")]
-    export_timeout_ms: Option<u64>,
-    /// The export stage's batch format; internal, for the load harness.
-    #[arg(long, hide = true, value_enum)]
-    export_format: Option<eventd::export::format::Format>,
-    /// Export worker threads (0 = one per shard, at most 4); internal.
-    #[arg(long, hide = true)]
-    export_workers: Option<usize>,
-    /// Attach the rings of CPUs 0..N, not of the online CPUs: for the load
-    /// harness only (`eventd-perf scale` simulates a bigger machine).
-    #[arg(long, hide = true, value_name = "N")]
-    simulate_cpus: Option<u32>,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    /// One human-readable line per event, fields as key=value.
-    Text,
-    /// One JSON object per line (for journald or a log shipper).
-    Json,
-}
 
 fn init_logging(format: LogFormat) {
     let filter = match std::env::var("EVENTD_LOG") {
