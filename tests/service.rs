@@ -152,3 +152,86 @@ fn a_configuration_error_is_one_log_line() {
         }
     }
 }
+
+/// eventd started by `sh` after `ulimit -n 1024`, as from a stock shell
+/// (soft and hard limit 1024), logging JSON.
+fn under_ulimit_1024(data: &Path, config: Option<&Path>) -> (Command, PathBuf) {
+    let (plain, log) = command(data, config, &["--log-format", "json"]);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("ulimit -n 1024 && exec \"$0\" \"$@\"")
+        .arg(plain.get_program())
+        .args(plain.get_args());
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    (cmd, log)
+}
+
+/// The JSON log records of `text` whose message contains `what`.
+fn records<'a>(text: &'a str, what: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(move |r| {
+            r["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(what))
+        })
+}
+
+#[test]
+fn under_ulimit_1024_the_default_query_count_shrinks_to_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (cmd, log) = under_ulimit_1024(&data, None);
+    let eventd = Eventd::spawn(cmd, log.clone(), &data);
+    let text = read(&log);
+    let plan = records(&text, "shards planned")
+        .next()
+        .unwrap_or_else(|| panic!("no plan line:\n{text}"));
+    let (e, c) = (
+        plan["fields"]["databases"].as_u64().unwrap(),
+        plan["fields"]["rings"].as_u64().unwrap()
+            + u64::from(plan["fields"]["syslog_ring"].as_bool().unwrap()),
+    );
+    assert_eq!(plan["fields"]["descriptor_soft_limit"], 1024, "{text}");
+    // One line says what was lowered, to what, and why.
+    let lowered: Vec<_> = records(&text, "MaxConcurrentQueries").collect();
+    assert_eq!(lowered.len(), 1, "{text}");
+    let q = lowered[0]["fields"]["max_concurrent_queries"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(lowered[0]["level"], "WARN", "{text}");
+    // The most queries that fit: q does, q + 1 would not, and the
+    // default (128) would not either.
+    use eventd::routing::descriptor_allowance;
+    assert!(q >= 1 && q < 128, "{q}");
+    assert!(descriptor_allowance(q, e, c) <= 1024, "{q} {e} {c}");
+    assert!(descriptor_allowance(q + 1, e, c) > 1024, "{q} {e} {c}");
+    assert_eq!(
+        plan["fields"]["descriptor_allowance"],
+        descriptor_allowance(q, e, c)
+    );
+    // The daemon serves with that count, and says so.
+    let stats = eventctl_json(&data, "stats");
+    assert_eq!(stats["stats"]["max_concurrent_queries"], q, "{stats}");
+    emit_one(&data, "served under ulimit -n 1024");
+    wait_for_events(&data, 1);
+    let out = eventctl_text(&data, &["query", "--provider", "single"]);
+    assert!(out.contains("served under ulimit -n 1024"), "{out}");
+    eventd.stop();
+}
+
+#[test]
+fn under_ulimit_1024_an_explicit_query_count_that_does_not_fit_still_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = config(dir.path(), "MaxConcurrentQueries = 128\n");
+    let (cmd, log) = under_ulimit_1024(&data, Some(&config));
+    let (status, text) = exit_at_start(cmd, &log);
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("1024") && text.contains("LimitNOFILE") && text.contains("128 concurrent"),
+        "{text}"
+    );
+}

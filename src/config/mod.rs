@@ -174,6 +174,11 @@ pub struct Settings {
     pub storage_shards: i64,
     pub max_batch_size: u64,
     pub max_concurrent_queries: u64,
+    /// Whether `MaxConcurrentQueries` was set in the file: an explicit
+    /// count that does not fit the descriptor limit stops start-up, the
+    /// default shrinks to fit (R2, `daemon::steps::plan_shards`).
+    #[serde(skip)]
+    pub max_concurrent_queries_explicit: bool,
     pub store_dir: PathBuf,
     pub kmes_dir: PathBuf,
     pub run_dir: PathBuf,
@@ -277,6 +282,7 @@ impl ConfigFile {
                 MAX_CONCURRENT_QUERIES_DEFAULT,
                 MAX_CONCURRENT_QUERIES_RANGE,
             )?,
+            max_concurrent_queries_explicit: self.max_concurrent_queries.is_some(),
             store_dir: dir(&self.store_dir, "store"),
             kmes_dir: dir(&self.kmes_dir, "kmes"),
             run_dir,

@@ -121,6 +121,7 @@ struct Shared {
 struct Assembly {
     policy: access::Policy,
     needed_descriptors: u64,
+    max_queries: u64,
     syslog_ring: Option<usize>,
     /// The shards each drained ring sends to, by ordinal.
     assignment: Vec<Vec<usize>>,
@@ -164,6 +165,7 @@ impl Daemon {
         let parts = Assembly {
             policy,
             needed_descriptors: layout.needed_descriptors,
+            max_queries: layout.max_queries,
             syslog_ring,
             assignment,
         };
@@ -216,6 +218,7 @@ impl Daemon {
             syslog_ring: parts.syslog_ring,
             max_batch: shared.writer.max_batch.clone(),
             needed_descriptors: parts.needed_descriptors,
+            max_concurrent_queries: parts.max_queries,
             retention: Arc::new(RetentionStats::default()),
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
@@ -386,7 +389,7 @@ impl Daemon {
             crate::query::server::ServerOptions {
                 run_dir: settings.run_dir.clone(),
                 store_dir: settings.store_dir.clone(),
-                max_queries: settings.max_concurrent_queries,
+                max_queries: self.state.max_concurrent_queries,
                 access: crate::query::Access {
                     grant: policy.query,
                 },
