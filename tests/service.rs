@@ -205,7 +205,7 @@ fn under_ulimit_1024_the_default_query_count_shrinks_to_fit() {
     // The most queries that fit: q does, q + 1 would not, and the
     // default (128) would not either.
     use eventd::routing::descriptor_allowance;
-    assert!(q >= 1 && q < 128, "{q}");
+    assert!((1..128).contains(&q), "{q}");
     assert!(descriptor_allowance(q, e, c) <= 1024, "{q} {e} {c}");
     assert!(descriptor_allowance(q + 1, e, c) > 1024, "{q} {e} {c}");
     assert_eq!(
@@ -234,4 +234,211 @@ fn under_ulimit_1024_an_explicit_query_count_that_does_not_fit_still_refuses() {
         text.contains("1024") && text.contains("LimitNOFILE") && text.contains("128 concurrent"),
         "{text}"
     );
+}
+
+/// A datagram socket standing in for the service manager's NOTIFY_SOCKET.
+struct NotifySocket {
+    path: PathBuf,
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl NotifySocket {
+    fn bind(dir: &Path) -> NotifySocket {
+        let path = dir.join("notify.sock");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        NotifySocket { path, socket }
+    }
+
+    /// The next message, if one comes within `wait`.
+    fn next(&self, wait: Duration) -> Option<String> {
+        self.socket.set_read_timeout(Some(wait)).unwrap();
+        let mut buf = vec![0u8; 4096];
+        match self.socket.recv(&mut buf) {
+            Ok(n) => Some(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                None
+            }
+            Err(e) => panic!("notify socket: {e}"),
+        }
+    }
+
+    /// Waits (up to two minutes) for a message with the line `line`;
+    /// returns it and every message before it.
+    fn wait_for(&self, line: &str, eventd: &mut Eventd) -> (String, Vec<String>) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut seen = Vec::new();
+        loop {
+            if let Some(m) = self.next(Duration::from_millis(200)) {
+                if m.lines().any(|l| l == line) {
+                    return (m, seen);
+                }
+                seen.push(m);
+            }
+            assert!(
+                eventd.running(),
+                "eventd exited waiting for {line}:\n{}",
+                read(&eventd.log)
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no {line} in {seen:?}:\n{}",
+                read(&eventd.log)
+            );
+        }
+    }
+
+    /// Drops every message already queued.
+    fn drain(&self) -> Vec<String> {
+        std::iter::from_fn(|| self.next(Duration::from_millis(1))).collect()
+    }
+}
+
+use std::time::{Duration, Instant};
+
+/// eventd with NOTIFY_SOCKET (and `env`), not waited for.
+fn start_notified(data: &Path, notify: &NotifySocket, env: &[(&str, String)]) -> Eventd {
+    let (mut cmd, log) = command(data, None, &[]);
+    cmd.env("NOTIFY_SOCKET", &notify.path);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Eventd {
+        child: cmd.spawn().unwrap(),
+        log,
+    }
+}
+
+#[test]
+fn ready_comes_once_every_socket_is_up_and_stopping_at_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let notify = NotifySocket::bind(dir.path());
+    let mut eventd = start_notified(&data, &notify, &[]);
+    let (ready, before) = notify.wait_for("READY=1", &mut eventd);
+    assert!(before.is_empty(), "{before:?}");
+    assert!(ready.contains("STATUS=running:"), "{ready}");
+    // Everything is up when READY is sent: the pid file says so, the
+    // syslog sockets take a message, the query socket answers.
+    let pid = read(&data.join("run/eventd.pid"));
+    assert!(pid.starts_with(&eventd.child.id().to_string()), "{pid}");
+    let syslog = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    syslog
+        .send_to(
+            b"<13>ready-test: up before READY",
+            data.join("run/syslog.sock"),
+        )
+        .unwrap();
+    std::os::unix::net::UnixStream::connect(data.join("run/syslog-stream.sock")).unwrap();
+    let stats = eventctl_json(&data, "stats");
+    assert!(
+        stats["stats"]["rings"].as_array().unwrap().len() >= 2,
+        "{stats}"
+    );
+    wait_for_events(&data, 1);
+    signal(&eventd.child, libc::SIGTERM);
+    let (stopping, _) = notify.wait_for("STOPPING=1", &mut eventd);
+    assert!(stopping.contains("STATUS=stopping"), "{stopping}");
+    eventd.stop();
+}
+
+/// The thread of process `pid` named `name` (its `comm`).
+fn thread_named(pid: u32, name: &str) -> i32 {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap();
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            return task.file_name().to_str().unwrap().parse().unwrap();
+        }
+    }
+    panic!("no thread {name} in process {pid}");
+}
+
+/// A thread held stopped by ptrace (the rest of its process runs on), as
+/// a thread hung in the kernel would be; let go when dropped.
+struct HeldThread(i32);
+
+impl HeldThread {
+    fn hold(tid: i32) -> HeldThread {
+        // SAFETY: ptrace requests on a thread id of our own child; no
+        // memory of ours is passed.
+        unsafe {
+            assert_eq!(
+                libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0),
+                0,
+                "PTRACE_SEIZE: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0), 0);
+            let mut status = 0;
+            assert_eq!(libc::waitpid(tid, &mut status, libc::__WALL), tid);
+            assert!(libc::WIFSTOPPED(status), "{status:#x}");
+        }
+        HeldThread(tid)
+    }
+}
+
+impl Drop for HeldThread {
+    fn drop(&mut self) {
+        // SAFETY: as in hold; the thread is in a ptrace stop.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.0, 0, 0) };
+    }
+}
+
+#[test]
+fn the_watchdog_pings_while_idle_and_not_while_a_writer_with_work_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let notify = NotifySocket::bind(dir.path());
+    // A 2 s timeout: checks every 0.5 s, a stall is judged over 1 s.
+    let mut eventd = start_notified(&data, &notify, &[("WATCHDOG_USEC", "2000000".into())]);
+    notify.wait_for("READY=1", &mut eventd);
+    // Idle, it keeps pinging: an idle daemon is healthy.
+    for _ in 0..4 {
+        notify.wait_for("WATCHDOG=1", &mut eventd);
+    }
+    // Shard 0's writer is stopped, then given work: events from CPU 0 go
+    // to shard 0 (R4).
+    let pid = eventd.child.id();
+    let held = HeldThread::hold(thread_named(pid, "writer-000"));
+    let mut emit = Command::new(EVENTCTL);
+    emit.arg("--data-dir").arg(&data).args([
+        "emit",
+        "--provider",
+        "held",
+        "while writer-000 is held",
+    ]);
+    assert!(pin(&mut emit, 0).status().unwrap().success());
+    wait_until("the watchdog to name the held writer", || {
+        read(&eventd.log).contains("made no progress")
+    });
+    let log = read(&eventd.log);
+    let line = log
+        .lines()
+        .find(|l| l.contains("made no progress"))
+        .unwrap();
+    assert!(line.contains("writer of shard 0"), "{line}");
+    // The decision was logged after the last ping was sent: none may come
+    // while the writer is held.
+    notify.drain();
+    let mut during = Vec::new();
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        if let Some(m) = notify.next(Duration::from_millis(100)) {
+            during.push(m);
+        }
+    }
+    assert!(
+        !during.iter().any(|m| m.contains("WATCHDOG=1")),
+        "pinged while a writer was held: {during:?}"
+    );
+    drop(held);
+    notify.wait_for("WATCHDOG=1", &mut eventd);
+    wait_for_events(&data, 1);
+    assert!(read(&eventd.log).contains("makes progress again"));
+    eventd.stop();
 }

@@ -18,11 +18,13 @@
 
 mod lock;
 mod metrics;
+pub mod notify;
 mod report;
 pub mod signals;
 mod state;
 mod steps;
 mod tunables;
+pub mod watchdog;
 
 pub use crate::threads::FailureHook;
 pub use lock::{DataDirLock, PreviousRun};

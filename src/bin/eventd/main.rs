@@ -6,7 +6,9 @@ use anyhow::Context;
 use clap::Parser;
 use cli::{Args, LogFormat};
 use eventd::config::ConfigFile;
+use eventd::daemon::notify;
 use eventd::daemon::signals::ShutdownSignals;
+use eventd::daemon::watchdog::Watchdog;
 use eventd::daemon::{Daemon, Tunables};
 
 fn init_logging(format: LogFormat) {
@@ -50,8 +52,58 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut settings = file.resolve(&args.data_dir)?;
     settings.config_file = args.config.clone();
     let signals = ShutdownSignals::block().context("blocking shutdown signals")?;
+    // A drain or writer that stops on its own ends the process (exit 1),
+    // so that the service manager restarts it: SIGTERM to ourselves wakes
+    // the main thread's sigwait.
+    let on_failure: eventd::daemon::FailureHook = std::sync::Arc::new(|_what: &str| {
+        // SAFETY: kill with our own pid has no memory effects.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    });
+    let daemon = Daemon::start(&settings, tunables(&args), on_failure)?;
+    let watchdog = start_watchdog(&daemon);
+    let status = format!(
+        "running: {} rings, {} shards",
+        daemon.state.rings.len(),
+        daemon.state.shards.len()
+    );
+    notify::ready(&status);
+    tracing::info!(data_dir = %settings.data_dir.display(), "eventd running");
+    let signal = loop {
+        match signals.wait().context("waiting for a signal")? {
+            libc::SIGHUP => {
+                notify::reloading();
+                daemon.reload();
+                notify::ready(&status);
+            }
+            other => break other,
+        }
+    };
+    notify::stopping();
+    drop(watchdog);
+    tracing::info!(signal, "stopping; writers commit what they hold");
+    daemon.join()?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The watchdog, when the service manager asks for one (WATCHDOG_USEC).
+fn start_watchdog(daemon: &Daemon) -> Option<Watchdog> {
+    let timeout = notify::watchdog_timeout()?;
+    let ping: eventd::daemon::watchdog::Ping = Box::new(notify::watchdog_ping);
+    match Watchdog::start(daemon.state.clone(), timeout, ping) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            // Without pings the service manager restarts eventd: said here.
+            tracing::error!(error = %e, "cannot start the watchdog thread");
+            None
+        }
+    }
+}
+
+/// The internal sizes: the defaults, or what the hidden options set.
+fn tunables(args: &Args) -> Tunables {
     let defaults = Tunables::default();
-    let tunables = Tunables {
+    Tunables {
         stripe_len: args.stripe_len.unwrap_or(defaults.stripe_len),
         channel: match (args.channel_slots, args.channel_bytes) {
             (None, None) => None,
@@ -75,24 +127,5 @@ fn run(args: Args) -> anyhow::Result<()> {
             workers: args.export_workers.unwrap_or(defaults.export.workers),
         },
         simulated_cpus: args.simulate_cpus,
-    };
-    // A drain or writer that stops on its own ends the process (exit 1),
-    // so that the service manager restarts it: SIGTERM to ourselves wakes
-    // the main thread's sigwait.
-    let on_failure: eventd::daemon::FailureHook = std::sync::Arc::new(|_what: &str| {
-        // SAFETY: kill with our own pid has no memory effects.
-        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-    });
-    let daemon = Daemon::start(&settings, tunables, on_failure)?;
-    tracing::info!(data_dir = %settings.data_dir.display(), "eventd running");
-    let signal = loop {
-        match signals.wait().context("waiting for a signal")? {
-            libc::SIGHUP => daemon.reload(),
-            other => break other,
-        }
-    };
-    tracing::info!(signal, "stopping; writers commit what they hold");
-    daemon.join()?;
-    tracing::info!("stopped");
-    Ok(())
+    }
 }
