@@ -442,3 +442,300 @@ fn the_watchdog_pings_while_idle_and_not_while_a_writer_with_work_is_held() {
     assert!(read(&eventd.log).contains("makes progress again"));
     eventd.stop();
 }
+
+// ------------------------------------------------------ socket activation
+
+/// `systemd-socket-activate` (Debian's systemd package), if installed.
+fn socket_activate() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/systemd-socket-activate");
+    if path.is_file() {
+        Some(path)
+    } else {
+        eprintln!("skipped: no systemd-socket-activate (apt-get install systemd)");
+        None
+    }
+}
+
+/// eventd under `systemd-socket-activate ACTIVATE_ARGS`, which binds the
+/// sockets, waits for the first message or connection and only then
+/// starts eventd with them (LISTEN_FDS, LISTEN_FDNAMES).
+fn activated_by_systemd(tool: &Path, data: &Path, activate_args: &[&str]) -> (Command, PathBuf) {
+    let (plain, log) = command(data, None, &[]);
+    let mut cmd = Command::new(tool);
+    cmd.args(activate_args)
+        .arg(plain.get_program())
+        .args(plain.get_args());
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    (cmd, log)
+}
+
+/// The messages of provider (syslog tag) `tag` in the store.
+fn stored(data: &Path, tag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if !data.join("store").is_dir() {
+        return out; // eventd has not started yet
+    }
+    for (_, c) in shards(data) {
+        let mut stmt = c
+            .prepare("SELECT message FROM events WHERE provider = ?1 ORDER BY ts")
+            .unwrap();
+        let rows = stmt.query_map([tag], |r| r.get::<_, String>(0)).unwrap();
+        out.extend(rows.map(Result::unwrap));
+    }
+    out.sort();
+    out
+}
+
+fn wait_for_stored(data: &Path, tag: &str, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    wait_until(&format!("{n} messages of {tag}"), || {
+        got = stored(data, tag);
+        got.len() >= n
+    });
+    got
+}
+
+#[test]
+fn systemd_socket_activate_passes_a_datagram_socket() {
+    let Some(tool) = socket_activate() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let dev_log = dir.path().join("dev-log");
+    let dev_log_arg = format!("--listen={}", dev_log.display());
+    let (mut cmd, log) = activated_by_systemd(
+        &tool,
+        &data,
+        &["--datagram", &dev_log_arg, "--fdname=dev-log"],
+    );
+    let child = cmd.spawn().unwrap();
+    wait_until("systemd-socket-activate to bind", || dev_log.exists());
+    // Sent before eventd runs: it waits in the socket, and starts eventd.
+    let sender = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    sender
+        .send_to(b"<11>activated: sent before eventd ran", &dev_log)
+        .unwrap();
+    let got = wait_for_stored(&data, "activated", 1);
+    assert_eq!(got, ["sent before eventd ran"]);
+    sender
+        .send_to(b"<11>activated: sent while it runs", &dev_log)
+        .unwrap();
+    wait_for_stored(&data, "activated", 2);
+    let text = read(&log);
+    assert!(
+        text.contains("syslog datagram socket passed by the service manager")
+            && text.contains("dev-log"),
+        "{text}"
+    );
+    // Its own sockets are still made where the settings say.
+    assert!(data.join("run/syslog.sock").exists());
+    let eventd = Eventd { child, log };
+    eventd.stop();
+}
+
+#[test]
+fn systemd_socket_activate_passes_stream_and_query_sockets() {
+    let Some(tool) = socket_activate() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let stream = dir.path().join("stream.sock");
+    let stream_arg = format!("--listen={}", stream.display());
+    let (mut cmd, log) =
+        activated_by_systemd(&tool, &data, &[&stream_arg, "--fdname=syslog-stream"]);
+    let child = cmd.spawn().unwrap();
+    wait_until("systemd-socket-activate to bind", || stream.exists());
+    let mut conn = std::os::unix::net::UnixStream::connect(&stream).unwrap();
+    use std::io::Write;
+    conn.write_all(b"<13>streamed: first line\n<13>streamed: second line\n")
+        .unwrap();
+    drop(conn);
+    let got = wait_for_stored(&data, "streamed", 2);
+    assert_eq!(got, ["first line", "second line"]);
+    let eventd = Eventd { child, log };
+    eventd.stop();
+
+    // The query socket, named "query": eventctl's first connection starts
+    // eventd, and is answered.
+    let query = data.join("run/query.sock");
+    let query_arg = format!("--listen={}", query.display());
+    let (mut cmd, log) = activated_by_systemd(&tool, &data, &[&query_arg, "--fdname=query"]);
+    let child = cmd.spawn().unwrap();
+    wait_until("systemd-socket-activate to bind", || query.exists());
+    let out = eventctl_text(&data, &["query", "--provider", "streamed"]);
+    assert!(
+        out.contains("first line") && out.contains("second line"),
+        "{out}"
+    );
+    let text = read(&log);
+    assert!(
+        text.contains("query socket passed by the service manager"),
+        "{text}"
+    );
+    let eventd = Eventd { child, log };
+    eventd.stop();
+    // A passed socket is the manager's: eventd leaves its file.
+    assert!(query.exists());
+}
+
+/// Starts eventd as a service manager does with sockets it holds: each of
+/// `sockets` at descriptor 3, 4, …, with LISTEN_FDS, LISTEN_FDNAMES and
+/// LISTEN_PID (set by `sh` to its own pid, which `exec` gives eventd).
+fn start_with_sockets(data: &Path, sockets: &[(std::os::fd::RawFd, &str)]) -> Eventd {
+    let (cmd, log, high) = command_with_sockets(data, sockets);
+    let eventd = Eventd::spawn(cmd, log, data);
+    close_all(high);
+    eventd
+}
+
+/// The command [`start_with_sockets`] runs, and the copies of the sockets
+/// it moves into place (to close once it started).
+fn command_with_sockets(
+    data: &Path,
+    sockets: &[(std::os::fd::RawFd, &str)],
+) -> (Command, PathBuf, Vec<i32>) {
+    use std::os::unix::process::CommandExt;
+    let (plain, log) = command(data, None, &[]);
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+        .arg(plain.get_program())
+        .args(plain.get_args())
+        .env("LISTEN_FDS", sockets.len().to_string())
+        .env(
+            "LISTEN_FDNAMES",
+            sockets
+                .iter()
+                .map(|(_, n)| *n)
+                .collect::<Vec<_>>()
+                .join(":"),
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // Copies far above 3 first (close-on-exec), so that moving one into
+    // place cannot overwrite another.
+    let high: Vec<i32> = sockets
+        .iter()
+        // SAFETY: F_DUPFD_CLOEXEC on a descriptor we hold.
+        .map(|(fd, _)| unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100) })
+        .collect();
+    assert!(high.iter().all(|&fd| fd >= 100));
+    let moves = high.clone();
+    // SAFETY: only dup2 between fork and exec; the vector was allocated
+    // before the fork. dup2's copy is not close-on-exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (i, &fd) in moves.iter().enumerate() {
+                if libc::dup2(fd, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    (cmd, log, high)
+}
+
+fn close_all(fds: Vec<i32>) {
+    for fd in fds {
+        // SAFETY: our own copies, not used again.
+        unsafe { libc::close(fd) };
+    }
+}
+
+#[test]
+fn sockets_held_across_a_restart_keep_what_was_sent_meanwhile() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The test holds the sockets, as systemd holds eventd.socket's.
+    let dgram_path = dir.path().join("log.sock");
+    let stream_path = dir.path().join("log-stream.sock");
+    let dgram = std::os::unix::net::UnixDatagram::bind(&dgram_path).unwrap();
+    let held_dgram = dgram.try_clone().unwrap();
+    let stream = std::os::unix::net::UnixListener::bind(&stream_path).unwrap();
+    let held = [
+        (dgram.as_raw_fd(), "syslog"),
+        (stream.as_raw_fd(), "syslog-stream"),
+    ];
+    let inode = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    let (dgram_inode, stream_inode) = (inode(&dgram_path), inode(&stream_path));
+    let send = move |range: std::ops::Range<u32>| {
+        let sender = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        for i in range {
+            let line = format!("<13>held: message {i:03}");
+            sender.send_to(line.as_bytes(), &dgram_path).unwrap();
+        }
+    };
+
+    let eventd = start_with_sockets(&data, &held);
+    send(0..10);
+    wait_for_stored(&data, "held", 10);
+    eventd.stop();
+    // Stopped: the sockets are still there, the same ones, and take what
+    // is sent. A datagram socket queues a few messages (max_dgram_qlen),
+    // then its senders wait, as they do on /dev/log; a connection waits
+    // to be accepted.
+    assert_eq!(inode(&dir.path().join("log.sock")), dgram_inode);
+    assert_eq!(inode(&stream_path), stream_inode);
+    let sender = std::thread::spawn({
+        let send = send.clone();
+        move || send(10..200)
+    });
+    let mut conn = std::os::unix::net::UnixStream::connect(&stream_path).unwrap();
+    conn.write_all(b"<13>held: message 200 (a connection made while stopped)\n")
+        .unwrap();
+    drop(conn);
+    // Some of them wait in the socket before eventd comes back.
+    wait_until("messages queued in the held socket", || {
+        queued(&held_dgram) > 0
+    });
+
+    let eventd = start_with_sockets(&data, &held);
+    sender.join().unwrap();
+    let got = wait_for_stored(&data, "held", 201);
+    let mut expected: Vec<String> = (0..200).map(|i| format!("message {i:03}")).collect();
+    expected.push("message 200 (a connection made while stopped)".to_string());
+    expected.sort();
+    assert_eq!(got, expected);
+    send(201..211);
+    wait_for_stored(&data, "held", 211);
+    eventd.stop();
+    assert_eq!(inode(&dir.path().join("log.sock")), dgram_inode);
+}
+
+/// Bytes waiting in a socket's receive queue (FIONREAD: for a datagram
+/// socket, the size of the next datagram; 0 when none waits).
+fn queued(socket: &std::os::unix::net::UnixDatagram) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let rc = unsafe { libc::ioctl(socket.as_raw_fd(), libc::FIONREAD, &mut n) };
+    assert_eq!(rc, 0);
+    n
+}
+
+#[test]
+fn a_passed_descriptor_eventd_cannot_use_is_refused_by_number_and_name() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (cmd, log, high) = command_with_sockets(&data, &[(tcp.as_raw_fd(), "web")]);
+    let (status, text) = exit_at_start(cmd, &log);
+    close_all(high);
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("descriptor 3")
+            && text.contains("\"web\"")
+            && text.contains("not a Unix socket"),
+        "{text}"
+    );
+}

@@ -16,6 +16,7 @@
 //! sender of a channel is dropped its writer commits what is left and
 //! closes its database.
 
+pub mod activation;
 mod lock;
 mod metrics;
 pub mod notify;
@@ -27,6 +28,7 @@ mod tunables;
 pub mod watchdog;
 
 pub use crate::threads::FailureHook;
+pub use activation::Activation;
 pub use lock::{DataDirLock, PreviousRun};
 pub use state::{DaemonState, RingState, ShardState};
 pub use tunables::Tunables;
@@ -136,13 +138,27 @@ impl Daemon {
         tunables: Tunables,
         on_failure: FailureHook,
     ) -> Result<Daemon, DaemonError> {
+        Self::start_with(settings, tunables, on_failure, Activation::default())
+    }
+
+    /// As [`start`](Self::start), serving the sockets the service manager
+    /// passed (`sockets`) besides, or instead of, the configured ones.
+    pub fn start_with(
+        settings: &Settings,
+        tunables: Tunables,
+        on_failure: FailureHook,
+        sockets: Activation,
+    ) -> Result<Daemon, DaemonError> {
         // 1. Paths and access: refused before anything is made.
         let policy = steps::check_settings(settings, &tunables)?;
         steps::prepare_directories(settings, &policy)?;
         // 2. One daemon per data directory.
         let lock = steps::lock_data_dir(settings)?;
         // 3. The rings (R4 ordinals), eventd's syslog ring last.
-        let rings = steps::attach_rings(settings, &policy, &tunables.cpus())?;
+        let syslog_on = settings.syslog_socket.is_some()
+            || settings.syslog_stream_socket.is_some()
+            || !sockets.syslog.is_empty();
+        let rings = steps::attach_rings(settings, &policy, &tunables.cpus(), syslog_on)?;
         // 4, 5. The shard count (R1) and the descriptor allowance (R2).
         let layout = steps::plan_shards(settings, &rings)?;
         // 6. The active shards' files (R12; damaged ones left, moved past).
@@ -172,7 +188,7 @@ impl Daemon {
             assignment,
         };
         let (mut daemon, active) = Daemon::assemble(settings, lock, shared, writers, drains, parts);
-        match daemon.start_services(settings, &tunables, active, &on_failure) {
+        match daemon.start_services(settings, &tunables, active, &on_failure, sockets) {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 let _ = daemon.join();
@@ -272,12 +288,14 @@ impl Daemon {
         tunables: &Tunables,
         active: Vec<ActiveShard>,
         hook: &FailureHook,
+        sockets: Activation,
     ) -> Result<(), DaemonError> {
+        sockets.log();
         self.start_export(settings, tunables, hook)?;
         self.start_retention(settings, tunables, active)?;
         self._watch = watch_config(settings, &self.live);
         self._trim = crate::threads::Trimmer::start();
-        self.start_query_server(settings)?;
+        self.start_query_server(settings, sockets.query.map(|p| p.socket))?;
         if let Some(addr) = settings.metrics_listen {
             let state = self.state.clone();
             let render: crate::metrics::http::Render = Arc::new(move || metrics::render(&state));
@@ -291,6 +309,7 @@ impl Daemon {
                 datagram: settings.syslog_socket.clone(),
                 stream: settings.syslog_stream_socket.clone(),
                 receive: settings.syslog_receive,
+                passed: sockets.syslog,
             };
             let parts = crate::syslog::IngestParts {
                 ring: self.state.rings[ordinal].current.clone(),
@@ -298,7 +317,7 @@ impl Daemon {
                 drops: self.state.syslog_drops.clone(),
             };
             self.syslog = Some(crate::syslog::SyslogListener::start(
-                &syslog,
+                syslog,
                 parts,
                 self.state.syslog.clone(),
             )?);
@@ -379,7 +398,11 @@ impl Daemon {
         Ok(())
     }
 
-    fn start_query_server(&mut self, settings: &Settings) -> Result<(), DaemonError> {
+    fn start_query_server(
+        &mut self,
+        settings: &Settings,
+        passed: Option<std::os::unix::net::UnixListener>,
+    ) -> Result<(), DaemonError> {
         let policy = self.state.policy;
         let reporter: crate::query::server::Reporter = {
             let state = self.state.clone();
@@ -397,6 +420,7 @@ impl Daemon {
                 },
                 mode: policy.mode(access::Kind::QuerySocket),
                 health: Some(self.state.health.clone()),
+                passed,
             },
             reporter,
             self.state.queries.clone(),

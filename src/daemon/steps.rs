@@ -133,11 +133,12 @@ impl Rings {
 
 /// Attaches the ring of every online CPU (creating missing ones with the
 /// producer mode, mending or replacing unusable ones) and, if a syslog
-/// socket is on, eventd's own syslog ring.
+/// socket is on (configured or passed), eventd's own syslog ring.
 pub(super) fn attach_rings(
     settings: &Settings,
     policy: &Policy,
     cpus: &[u32],
+    syslog_on: bool,
 ) -> Result<Rings, DaemonError> {
     let kmes = KmesDir::new(&settings.kmes_dir);
     let attached = kmes.attach_all(
@@ -157,7 +158,6 @@ pub(super) fn attach_rings(
             None => RoutingError::NoRings.into(),
         });
     }
-    let syslog_on = settings.syslog_socket.is_some() || settings.syslog_stream_socket.is_some();
     let syslog = if syslog_on {
         let mut repairs = Vec::new();
         let ring = kmes.attach_syslog(settings.ring_bytes as usize, &mut repairs);

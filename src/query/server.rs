@@ -65,6 +65,9 @@ pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
 
 pub struct QueryServer {
     path: PathBuf,
+    /// The listener was passed by the service manager: it is never shut
+    /// down or removed (see `Drop`).
+    passed: bool,
     stop: Arc<AtomicBool>,
     /// The listening socket (owned by the accept thread until it ends).
     listener_fd: std::os::fd::RawFd,
@@ -129,6 +132,10 @@ pub struct ServerOptions {
     /// The daemon's record of damaged shard files: every answer warns of
     /// them, and damage a query finds is reported there.
     pub health: Option<Arc<crate::store::StoreHealth>>,
+    /// A listening socket the service manager passed (socket activation),
+    /// served instead of binding `run_dir/query.sock`; its unit sets its
+    /// mode and group.
+    pub passed: Option<UnixListener>,
 }
 
 impl QueryServer {
@@ -149,13 +156,25 @@ impl QueryServer {
             access,
             mode,
             health,
+            passed,
         } = options;
         let path = run_dir.join("query.sock");
-        // The data-directory lock is held, so a socket file left here is a
-        // dead daemon's.
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
-        crate::access::files::set_mode_path(&path, mode)?;
+        let is_passed = passed.is_some();
+        let listener = match passed {
+            Some(listener) => listener,
+            None => {
+                // The data-directory lock is held, so a socket file left
+                // here is a dead daemon's.
+                let _ = std::fs::remove_file(&path);
+                let listener = UnixListener::bind(&path)?;
+                crate::access::files::set_mode_path(&path, mode)?;
+                listener
+            }
+        };
+        let path = match (is_passed, listener.local_addr()) {
+            (true, Ok(addr)) => addr.as_pathname().map_or(path, Path::to_path_buf),
+            _ => path,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             store_dir,
@@ -174,6 +193,7 @@ impl QueryServer {
             .spawn(move || accept_loop(listener, shared))?;
         Ok(QueryServer {
             path,
+            passed: is_passed,
             stop,
             listener_fd,
             accept: Some(accept),
@@ -188,15 +208,25 @@ impl QueryServer {
 impl Drop for QueryServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Shutting a listening socket down makes a blocked accept return
-        // (EINVAL) on Linux, whatever happened to the socket's file.
-        // SAFETY: the accept thread owns the listener and is still running
-        // (it only ends after this), so the descriptor is open and ours.
-        unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
+        // A passed listener is the service manager's too: shutting it down
+        // would refuse every connection until the unit is restarted. One
+        // connection of our own wakes the accept instead (the loop looks
+        // at the stop flag after each accept); only if it cannot be made
+        // is the listener shut down after all.
+        if !self.passed || UnixStream::connect(&self.path).is_err() {
+            // Shutting a listening socket down makes a blocked accept
+            // return (EINVAL) on Linux, whatever happened to the socket's
+            // file. SAFETY: the accept thread owns the listener and is
+            // still running (it only ends after this), so the descriptor is
+            // open and ours.
+            unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
+        }
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if !self.passed {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use eventd::config::ConfigFile;
 use eventd::daemon::notify;
 use eventd::daemon::signals::ShutdownSignals;
 use eventd::daemon::watchdog::Watchdog;
-use eventd::daemon::{Daemon, Tunables};
+use eventd::daemon::{Activation, Daemon, Tunables};
 
 fn init_logging(format: LogFormat) {
     let filter = match std::env::var("EVENTD_LOG") {
@@ -45,6 +45,9 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    // SAFETY: no thread runs yet (logging starts none), and nothing has
+    // taken the descriptors the service manager passed.
+    let sockets = unsafe { Activation::from_service_manager() }?;
     let file = match &args.config {
         Some(path) => ConfigFile::load(path)?,
         None => ConfigFile::default(),
@@ -59,7 +62,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         // SAFETY: kill with our own pid has no memory effects.
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     });
-    let daemon = Daemon::start(&settings, tunables(&args), on_failure)?;
+    let daemon = Daemon::start_with(&settings, tunables(&args), on_failure, sockets)?;
     let watchdog = start_watchdog(&daemon);
     let status = format!(
         "running: {} rings, {} shards",
