@@ -8,7 +8,9 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut next = Some(e);
     while let Some(cause) = next {
         next = cause.source();
-        let text = cause.to_string();
+        // A cause's own line breaks (a library's multi-line text) would
+        // make several records of one error in a service manager's log.
+        let text = cause.to_string().trim_end().replace('\n', " | ");
         if line.contains(&text) {
             continue;
         }

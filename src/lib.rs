@@ -30,6 +30,7 @@
 //! - [`daemon`]: start-up as a list of named steps, the state shared with
 //!   monitoring, shutdown.
 //! - [`errors`]: error text for the command-line tools.
+//! - [`version`]: the version line of both binaries (commit, profile).
 //!
 //! Beside them, two leaves any stage may use: [`threads`] (watched threads
 //! and the failure hook) and [`access`] (above). `docs/architecture.md`
@@ -70,3 +71,4 @@ pub mod sync;
 pub mod syslog;
 #[cfg(not(loom))]
 pub mod threads;
+pub mod version;

@@ -174,6 +174,11 @@ pub struct Settings {
     pub storage_shards: i64,
     pub max_batch_size: u64,
     pub max_concurrent_queries: u64,
+    /// Whether `MaxConcurrentQueries` was set in the file: an explicit
+    /// count that does not fit the descriptor limit stops start-up, the
+    /// default shrinks to fit (R2, `daemon::steps::plan_shards`).
+    #[serde(skip)]
+    pub max_concurrent_queries_explicit: bool,
     pub store_dir: PathBuf,
     pub kmes_dir: PathBuf,
     pub run_dir: PathBuf,
@@ -201,10 +206,10 @@ pub struct Settings {
 impl ConfigFile {
     /// Parses TOML text; `path` is only used in error messages.
     pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        toml::from_str(text).map_err(|e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             // It quotes the line: an ExportUrl's credentials stay out.
-            message: crate::export::redact::patterns(e.to_string().trim_end()),
+            message: crate::export::redact::patterns(&parse_problem(text, &e)),
         })
     }
 
@@ -277,6 +282,7 @@ impl ConfigFile {
                 MAX_CONCURRENT_QUERIES_DEFAULT,
                 MAX_CONCURRENT_QUERIES_RANGE,
             )?,
+            max_concurrent_queries_explicit: self.max_concurrent_queries.is_some(),
             store_dir: dir(&self.store_dir, "store"),
             kmes_dir: dir(&self.kmes_dir, "kmes"),
             run_dir,
@@ -395,6 +401,28 @@ impl ConfigFile {
             }),
         }))
     }
+}
+
+/// A TOML error on one line (toml's own text spans several, which a
+/// service manager logs as several records): where it is, the line as
+/// written (the key is often named only there) and what is wrong.
+fn parse_problem(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return message;
+    };
+    let before = &text.as_bytes()[..span.start.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    let quoted = text[line_start..].lines().next().unwrap_or("").trim();
+    format!("line {line}, column {column} ({quoted:?}): {message}")
 }
 
 /// The default `QueryIndexes`, parsed.

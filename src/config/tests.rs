@@ -109,11 +109,41 @@ fn unknown_keys_and_wrong_types_name_the_key() {
 #[test]
 fn the_shipped_sample_file_is_the_embedded_defaults() {
     let text = include_str!("../../packaging/eventd.toml");
-    let s = ConfigFile::parse(text, Path::new("packaging/eventd.toml"))
+    let path = Path::new("packaging/eventd.toml");
+    let s = ConfigFile::parse(text, path)
         .unwrap()
         .resolve(Path::new("/data"))
         .unwrap();
     assert_eq!(s, Settings::defaults(Path::new("/data")));
+    // Every key is written commented out at its default ("#Key = value"):
+    // uncommenting them all changes nothing.
+    let uncommented: String = text
+        .lines()
+        .map(|l| match l.strip_prefix('#') {
+            Some(rest) if rest.starts_with(|c: char| c.is_ascii_uppercase()) => rest,
+            _ => l,
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let file = ConfigFile::parse(&uncommented, path).unwrap();
+    let mut s = file.resolve(Path::new("/data")).unwrap();
+    assert!(s.max_concurrent_queries_explicit);
+    s.max_concurrent_queries_explicit = false;
+    assert_eq!(s, Settings::defaults(Path::new("/data")));
+    // Every key the file format knows is there: at its default, or (a key
+    // unset by default) as an example, "# e.g. Key = value". The keys are
+    // the ones serde lists when it refuses an unknown one.
+    let refusal = resolve("NoSuchKey = 1").unwrap_err().to_string();
+    let known: Vec<&str> = refusal.split('`').skip(3).step_by(2).collect();
+    assert!(known.len() > 20, "{refusal}");
+    for key in known {
+        let at_default = text.contains(&format!("\n#{key} = "));
+        let example = text.contains(&format!("\n# e.g. {key} = "));
+        assert!(
+            at_default || example,
+            "{key} is not in packaging/eventd.toml"
+        );
+    }
 }
 
 #[test]

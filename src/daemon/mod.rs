@@ -16,15 +16,19 @@
 //! sender of a channel is dropped its writer commits what is left and
 //! closes its database.
 
+pub mod activation;
 mod lock;
 mod metrics;
+pub mod notify;
 mod report;
 pub mod signals;
 mod state;
 mod steps;
 mod tunables;
+pub mod watchdog;
 
 pub use crate::threads::FailureHook;
+pub use activation::Activation;
 pub use lock::{DataDirLock, PreviousRun};
 pub use state::{DaemonState, RingState, ShardState};
 pub use tunables::Tunables;
@@ -121,6 +125,7 @@ struct Shared {
 struct Assembly {
     policy: access::Policy,
     needed_descriptors: u64,
+    max_queries: u64,
     syslog_ring: Option<usize>,
     /// The shards each drained ring sends to, by ordinal.
     assignment: Vec<Vec<usize>>,
@@ -133,6 +138,17 @@ impl Daemon {
         tunables: Tunables,
         on_failure: FailureHook,
     ) -> Result<Daemon, DaemonError> {
+        Self::start_with(settings, tunables, on_failure, Activation::default())
+    }
+
+    /// As [`start`](Self::start), serving the sockets the service manager
+    /// passed (`sockets`) besides, or instead of, the configured ones.
+    pub fn start_with(
+        settings: &Settings,
+        tunables: Tunables,
+        on_failure: FailureHook,
+        sockets: Activation,
+    ) -> Result<Daemon, DaemonError> {
         // 1. Paths and access: refused before anything is made.
         let policy = steps::check_settings(settings, &tunables)?;
         steps::prepare_directories(settings, &policy)?;
@@ -142,7 +158,10 @@ impl Daemon {
         // judges age by it; it goes on from an earlier start in this boot).
         store::retention::reckoning::start(&settings.run_dir);
         // 3. The rings (R4 ordinals), eventd's syslog ring last.
-        let rings = steps::attach_rings(settings, &policy, &tunables.cpus())?;
+        let syslog_on = settings.syslog_socket.is_some()
+            || settings.syslog_stream_socket.is_some()
+            || !sockets.syslog.is_empty();
+        let rings = steps::attach_rings(settings, &policy, &tunables.cpus(), syslog_on)?;
         // 4, 5. The shard count (R1) and the descriptor allowance (R2).
         let layout = steps::plan_shards(settings, &rings)?;
         // 6. The active shards' files (R12; damaged ones left, moved past).
@@ -168,11 +187,12 @@ impl Daemon {
         let parts = Assembly {
             policy,
             needed_descriptors: layout.needed_descriptors,
+            max_queries: layout.max_queries,
             syslog_ring,
             assignment,
         };
         let (mut daemon, active) = Daemon::assemble(settings, lock, shared, writers, drains, parts);
-        match daemon.start_services(settings, &tunables, active, &on_failure) {
+        match daemon.start_services(settings, &tunables, active, &on_failure, sockets) {
             Ok(()) => Ok(daemon),
             Err(e) => {
                 let _ = daemon.join();
@@ -220,6 +240,7 @@ impl Daemon {
             syslog_ring: parts.syslog_ring,
             max_batch: shared.writer.max_batch.clone(),
             needed_descriptors: parts.needed_descriptors,
+            max_concurrent_queries: parts.max_queries,
             retention: Arc::new(RetentionStats::default()),
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
@@ -271,12 +292,14 @@ impl Daemon {
         tunables: &Tunables,
         active: Vec<ActiveShard>,
         hook: &FailureHook,
+        sockets: Activation,
     ) -> Result<(), DaemonError> {
+        sockets.log();
         self.start_export(settings, tunables, hook)?;
         self.start_retention(settings, tunables, active)?;
         self._watch = watch_config(settings, &self.live);
         self._trim = crate::threads::Trimmer::start();
-        self.start_query_server(settings)?;
+        self.start_query_server(settings, sockets.query.map(|p| p.socket))?;
         if let Some(addr) = settings.metrics_listen {
             let state = self.state.clone();
             let render: crate::metrics::http::Render = Arc::new(move || metrics::render(&state));
@@ -290,6 +313,7 @@ impl Daemon {
                 datagram: settings.syslog_socket.clone(),
                 stream: settings.syslog_stream_socket.clone(),
                 receive: settings.syslog_receive,
+                passed: sockets.syslog,
             };
             let parts = crate::syslog::IngestParts {
                 ring: self.state.rings[ordinal].current.clone(),
@@ -297,7 +321,7 @@ impl Daemon {
                 drops: self.state.syslog_drops.clone(),
             };
             self.syslog = Some(crate::syslog::SyslogListener::start(
-                &syslog,
+                syslog,
                 parts,
                 self.state.syslog.clone(),
             )?);
@@ -378,7 +402,11 @@ impl Daemon {
         Ok(())
     }
 
-    fn start_query_server(&mut self, settings: &Settings) -> Result<(), DaemonError> {
+    fn start_query_server(
+        &mut self,
+        settings: &Settings,
+        passed: Option<std::os::unix::net::UnixListener>,
+    ) -> Result<(), DaemonError> {
         let policy = self.state.policy;
         let reporter: crate::query::server::Reporter = {
             let state = self.state.clone();
@@ -390,12 +418,13 @@ impl Daemon {
             crate::query::server::ServerOptions {
                 run_dir: settings.run_dir.clone(),
                 store_dir: settings.store_dir.clone(),
-                max_queries: settings.max_concurrent_queries,
+                max_queries: self.state.max_concurrent_queries,
                 access: crate::query::Access {
                     grant: policy.query,
                 },
                 mode: policy.mode(access::Kind::QuerySocket),
                 health: Some(self.state.health.clone()),
+                passed,
             },
             reporter,
             self.state.queries.clone(),

@@ -43,6 +43,7 @@ fn stats(state: &DaemonState) -> Value {
         "syslog": syslog_stats(state),
         "retention": retention_stats(&state.retention),
         "descriptor_allowance": state.needed_descriptors,
+        "max_concurrent_queries": state.max_concurrent_queries,
         "failing_writers": state.failing_writers.load(Ordering::Relaxed),
         "damaged_shard_files": state.health.damaged(),
         "access": state.policy,

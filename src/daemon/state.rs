@@ -68,6 +68,9 @@ pub struct DaemonState {
     /// Live MaxBatchSize (R11: changes the next commit threshold only).
     pub max_batch: Arc<AtomicU64>,
     pub needed_descriptors: u64,
+    /// MaxConcurrentQueries as served: the setting, or its default lowered
+    /// to fit the descriptor limit.
+    pub max_concurrent_queries: u64,
     pub retention: Arc<RetentionStats>,
     pub queries: Arc<crate::query::QueryStats>,
     pub syslog: Arc<crate::syslog::SyslogStats>,

@@ -133,11 +133,12 @@ impl Rings {
 
 /// Attaches the ring of every online CPU (creating missing ones with the
 /// producer mode, mending or replacing unusable ones) and, if a syslog
-/// socket is on, eventd's own syslog ring.
+/// socket is on (configured or passed), eventd's own syslog ring.
 pub(super) fn attach_rings(
     settings: &Settings,
     policy: &Policy,
     cpus: &[u32],
+    syslog_on: bool,
 ) -> Result<Rings, DaemonError> {
     let kmes = KmesDir::new(&settings.kmes_dir);
     let attached = kmes.attach_all(
@@ -157,7 +158,6 @@ pub(super) fn attach_rings(
             None => RoutingError::NoRings.into(),
         });
     }
-    let syslog_on = settings.syslog_socket.is_some() || settings.syslog_stream_socket.is_some();
     let syslog = if syslog_on {
         let mut repairs = Vec::new();
         let ring = kmes.attach_syslog(settings.ring_bytes as usize, &mut repairs);
@@ -182,6 +182,8 @@ pub(super) struct Layout {
     /// Every `*.db` in the store now, and the active shards' files.
     pub databases: BTreeSet<PathBuf>,
     pub needed_descriptors: u64,
+    /// MaxConcurrentQueries as served (the default shrinks to fit).
+    pub max_queries: u64,
 }
 
 /// Plans the shards for `rings` (R1) and checks the descriptor allowance
@@ -194,12 +196,9 @@ pub(super) fn plan_shards(settings: &Settings, rings: &Rings) -> Result<Layout, 
         .collect();
     databases.extend((0..shards).map(|j| store::shard_path(&settings.store_dir, j)));
     let limit = routing::soft_descriptor_limit().map_err(DaemonError::Limit)?;
-    let needed = routing::check_descriptors(
-        settings.max_concurrent_queries,
-        databases.len() as u64,
-        rings.count() as u64,
-        limit,
-    )?;
+    let (e, c) = (databases.len() as u64, rings.count() as u64);
+    let max_queries = queries(settings, e, c, limit);
+    let needed = routing::check_descriptors(max_queries, e, c, limit)?;
     tracing::info!(
         rings = rings.cpus.len(),
         syslog_ring = rings.syslog.is_some(),
@@ -214,7 +213,35 @@ pub(super) fn plan_shards(settings: &Settings, rings: &Rings) -> Result<Layout, 
         shards,
         databases,
         needed_descriptors: needed,
+        max_queries,
     })
+}
+
+/// MaxConcurrentQueries as eventd will serve it: an explicit setting as
+/// set (R2 then refuses it if it does not fit); the default, lowered to
+/// the most queries that fit the descriptor limit, said in one log line
+/// (a stock `ulimit -n` of 1024 fits 62 on two CPUs). If not even one
+/// fits, the default is kept and R2 refuses with the numbers.
+fn queries(settings: &Settings, e: u64, c: u64, limit: u64) -> u64 {
+    let asked = settings.max_concurrent_queries;
+    if settings.max_concurrent_queries_explicit {
+        return asked;
+    }
+    match routing::queries_that_fit(asked, e, c, limit) {
+        Some(q) if q < asked => {
+            tracing::warn!(
+                max_concurrent_queries = q,
+                default = asked,
+                descriptors_at_default = routing::descriptor_allowance(asked, e, c),
+                descriptor_soft_limit = limit,
+                "MaxConcurrentQueries is not set and the descriptor limit is too low for its \
+                 default: serving at most {q} queries at once (raise LimitNOFILE, or ulimit -n, \
+                 for the default)"
+            );
+            q
+        }
+        _ => asked,
+    }
 }
 
 impl Layout {

@@ -71,6 +71,9 @@ pub type Reporter = Arc<dyn Fn(&Request) -> serde_json::Value + Send + Sync>;
 
 pub struct QueryServer {
     path: PathBuf,
+    /// The listener was passed by the service manager: it is never shut
+    /// down or removed (see `Drop`).
+    passed: bool,
     stop: Arc<AtomicBool>,
     /// The listening socket (owned by the accept thread until it ends).
     listener_fd: std::os::fd::RawFd,
@@ -130,6 +133,10 @@ pub struct ServerOptions {
     /// The daemon's record of damaged shard files: every answer warns of
     /// them, and damage a query finds is reported there.
     pub health: Option<Arc<crate::store::StoreHealth>>,
+    /// A listening socket the service manager passed (socket activation),
+    /// served instead of binding `run_dir/query.sock`; its unit sets its
+    /// mode and group.
+    pub passed: Option<UnixListener>,
 }
 
 impl QueryServer {
@@ -150,13 +157,25 @@ impl QueryServer {
             access,
             mode,
             health,
+            passed,
         } = options;
         let path = run_dir.join("query.sock");
-        // The data-directory lock is held, so a socket file left here is a
-        // dead daemon's.
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
-        crate::access::files::set_mode_path(&path, mode)?;
+        let is_passed = passed.is_some();
+        let listener = match passed {
+            Some(listener) => listener,
+            None => {
+                // The data-directory lock is held, so a socket file left
+                // here is a dead daemon's.
+                let _ = std::fs::remove_file(&path);
+                let listener = UnixListener::bind(&path)?;
+                crate::access::files::set_mode_path(&path, mode)?;
+                listener
+            }
+        };
+        let path = match (is_passed, listener.local_addr()) {
+            (true, Ok(addr)) => addr.as_pathname().map_or(path, Path::to_path_buf),
+            _ => path,
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let rule = ShareRule::new(max_queries, crate::access::own_uid());
         let shared = Arc::new(Shared {
@@ -177,6 +196,7 @@ impl QueryServer {
             .spawn(move || accept_loop(listener, shared))?;
         Ok(QueryServer {
             path,
+            passed: is_passed,
             stop,
             listener_fd,
             accept: Some(accept),
@@ -191,15 +211,24 @@ impl QueryServer {
 impl Drop for QueryServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        // Shutting a listening socket down wakes the accept thread's poll
-        // (POLLHUP) on Linux, whatever happened to the socket's file.
-        // SAFETY: the accept thread owns the listener and is still running
-        // (it only ends after this), so the descriptor is open and ours.
-        unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
+        // A passed listener is the service manager's too: shutting it down
+        // would refuse every connection until the unit is restarted. One
+        // connection of our own wakes the gate's poll instead (it looks at
+        // the stop flag every turn, and at most every 500 ms anyway); only
+        // if it cannot be made is the listener shut down after all, which
+        // wakes the poll (POLLHUP) on Linux whatever happened to its file.
+        if !self.passed || UnixStream::connect(&self.path).is_err() {
+            // SAFETY: the accept thread owns the listener and is still
+            // running (it only ends after this), so the descriptor is open
+            // and ours.
+            unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
+        }
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if !self.passed {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 

@@ -67,6 +67,21 @@ pub fn check_descriptors(q: u64, e: u64, c: u64, soft_limit: u64) -> Result<u64,
     Ok(needed)
 }
 
+/// R2 for the default query count: the most concurrent queries, at most
+/// `q`, whose allowance fits `soft_limit` (`None` if not even one does).
+/// Used when MaxConcurrentQueries is not set: eventd still never raises
+/// its own limit, it serves fewer queries at once instead.
+pub fn queries_that_fit(q: u64, e: u64, c: u64, soft_limit: u64) -> Option<u64> {
+    if descriptor_allowance(q, e, c) <= soft_limit {
+        return Some(q);
+    }
+    // The allowance grows with q by 4·max(E,1) + 4 per query.
+    let fixed = descriptor_allowance(0, e, c);
+    let per_query = 4u64.saturating_mul(e.max(1)).saturating_add(4);
+    let fit = soft_limit.checked_sub(fixed)? / per_query;
+    (fit >= 1).then_some(fit.min(q))
+}
+
 /// The soft RLIMIT_NOFILE of this process.
 pub fn soft_descriptor_limit() -> std::io::Result<u64> {
     let mut limit = libc::rlimit {
@@ -213,6 +228,33 @@ mod tests {
         assert!(matches!(err, RoutingError::Descriptors { needed, .. } if needed > 1024));
         assert!(check_descriptors(128, 256, 256, 262_144).is_ok());
         assert!(soft_descriptor_limit().unwrap() > 0);
+    }
+
+    #[test]
+    fn r2_the_default_query_count_shrinks_to_the_most_that_fit() {
+        // The README's quick start on 2 CPUs under `ulimit -n 1024`: 1813
+        // descriptors at 128 queries.
+        assert_eq!(descriptor_allowance(128, 2, 3), 1813);
+        let q = queries_that_fit(128, 2, 3, 1024).unwrap();
+        assert!(descriptor_allowance(q, 2, 3) <= 1024);
+        assert!(descriptor_allowance(q + 1, 2, 3) > 1024);
+        assert_eq!(q, 62);
+        // A default that fits is kept; never more than asked for.
+        assert_eq!(queries_that_fit(128, 256, 256, 262_144), Some(128));
+        assert_eq!(queries_that_fit(4, 2, 3, 1 << 20), Some(4));
+        // Not even one query fits: refused as before.
+        assert_eq!(queries_that_fit(128, 256, 257, 1024), None);
+        assert_eq!(queries_that_fit(128, 0, 0, 100), None);
+        for e in [0, 1, 2, 7, 64, 200] {
+            for limit in [300, 1024, 4096, 65_536] {
+                if let Some(q) = queries_that_fit(128, e, e + 1, limit) {
+                    assert!(descriptor_allowance(q, e, e + 1) <= limit);
+                    assert!(q == 128 || descriptor_allowance(q + 1, e, e + 1) > limit);
+                } else {
+                    assert!(descriptor_allowance(1, e, e + 1) > limit);
+                }
+            }
+        }
     }
 
     #[test]

@@ -110,11 +110,46 @@ impl SyslogStats {
 }
 
 /// Where and how to listen.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SyslogConfig {
+    /// The datagram socket eventd binds itself, unless one of the passed
+    /// datagram sockets is bound there already.
     pub datagram: Option<PathBuf>,
+    /// The stream socket eventd binds itself, on the same terms.
     pub stream: Option<PathBuf>,
     pub receive: ReceiveMode,
+    /// The sockets the service manager passed (socket activation).
+    pub passed: PassedSockets,
+}
+
+/// A socket the service manager made and passed to eventd (socket
+/// activation: `LISTEN_FDS`). eventd reads it but never binds, removes or
+/// shuts it down: it outlives eventd, and what is sent to it while eventd
+/// restarts waits in it.
+#[derive(Debug)]
+pub struct Passed<S> {
+    pub socket: S,
+    /// Its name in LISTEN_FDNAMES (the socket unit's name, or its
+    /// FileDescriptorName=).
+    pub name: String,
+    /// The path it is bound to, if it has one.
+    pub path: Option<PathBuf>,
+}
+
+/// The syslog sockets the service manager passed: every Unix datagram
+/// socket (the package's eventd.socket, systemd's syslog.socket that
+/// journald forwards to, `/dev/log`) and every listening Unix stream
+/// socket but the query socket.
+#[derive(Debug, Default)]
+pub struct PassedSockets {
+    pub datagrams: Vec<Passed<UnixDatagram>>,
+    pub streams: Vec<Passed<UnixListener>>,
+}
+
+impl PassedSockets {
+    pub fn is_empty(&self) -> bool {
+        self.datagrams.is_empty() && self.streams.is_empty()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -133,19 +168,19 @@ pub enum SyslogError {
 /// The running listeners; stops them when dropped.
 pub struct SyslogListener {
     stop: Arc<AtomicBool>,
-    /// Sockets to shut down at stop (wakes blocked recvmmsg and accept).
+    /// The datagram sockets eventd bound itself, shut down at stop (never
+    /// a passed one: that would end it for the service manager too).
     fds: Vec<RawFd>,
-    /// Written at stop: wakes the io_uring receiver.
-    wake: Option<std::os::fd::OwnedFd>,
+    /// Written at stop: wakes every receiver (io_uring or recvmmsg, which
+    /// wait on it beside their socket) and accept thread.
+    wake: std::os::fd::OwnedFd,
     threads: Vec<JoinHandle<()>>,
     paths: Vec<Bound>,
-    /// The stream listener's shared state (its connection threads).
-    stream: Option<Arc<stream::Shared>>,
-    /// A duplicate of the stream listener's descriptor: shut down at stop
-    /// (the accept thread owns the listener itself).
-    stream_fd: Option<std::os::fd::OwnedFd>,
+    /// The stream listeners' shared state (the connection threads and
+    /// their bounds, over every stream socket together).
+    stream: Arc<stream::Shared>,
     // Kept open until the threads are joined.
-    _datagram: Option<UnixDatagram>,
+    _datagrams: Vec<UnixDatagram>,
 }
 
 /// Makes way for a socket at `path`: a socket file nobody listens on (a
@@ -248,62 +283,85 @@ const LIVE_CHECK_PAUSE: std::time::Duration = std::time::Duration::from_millis(1
 const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
 
 impl SyslogListener {
-    /// Binds the sockets and starts the receivers.
+    /// Starts a receiver on every passed socket, then binds the configured
+    /// sockets no passed one is bound at, and starts their receivers.
     pub fn start(
-        config: &SyslogConfig,
+        config: SyslogConfig,
         parts: IngestParts,
         stats: Arc<SyslogStats>,
     ) -> Result<SyslogListener, SyslogError> {
         let stop = Arc::new(AtomicBool::new(false));
+        let wake = eventfd().map_err(|source| SyslogError::Socket {
+            path: PathBuf::from("(eventfd)"),
+            source,
+        })?;
         let mut listener = SyslogListener {
             stop: stop.clone(),
             fds: Vec::new(),
+            wake,
             threads: Vec::new(),
             paths: Vec::new(),
-            _datagram: None,
-            wake: None,
-            stream: None,
-            stream_fd: None,
+            _datagrams: Vec::new(),
+            stream: Arc::new(stream::Shared::new(stats.clone(), stop.clone())),
         };
         let ingest = Ingest::new(parts, stats.clone(), stop);
-        if let Some(path) = &config.datagram {
-            listener.listen_datagram(path, config.receive, ingest.clone(), &stats)?;
+        let SyslogConfig {
+            datagram,
+            stream,
+            receive,
+            passed,
+        } = config;
+        let passed_at =
+            |path: &Path, bound: &[Option<PathBuf>]| bound.iter().flatten().any(|p| p == path);
+        let bound: Vec<_> = passed.datagrams.iter().map(|p| p.path.clone()).collect();
+        for p in passed.datagrams {
+            let label = passed_label(&p);
+            listener.listen_datagram(p.socket, &label, receive, ingest.clone(), &stats)?;
         }
-        if let Some(path) = &config.stream {
-            listener.listen_stream(path, ingest, &stats)?;
+        if let Some(path) = datagram.filter(|p| !passed_at(p, &bound)) {
+            let socket = bind_datagram(&path)?;
+            listener.paths.push(Bound::new(&path));
+            listener.fds.push(socket.as_raw_fd());
+            let label = path.display().to_string();
+            listener.listen_datagram(socket, &label, receive, ingest.clone(), &stats)?;
+        }
+        let bound: Vec<_> = passed.streams.iter().map(|p| p.path.clone()).collect();
+        for p in passed.streams {
+            let label = passed_label(&p);
+            listener.listen_stream(p.socket, &label, ingest.clone())?;
+        }
+        if let Some(path) = stream.filter(|p| !passed_at(p, &bound)) {
+            let socket = bind_stream(&path)?;
+            listener.paths.push(Bound::new(&path));
+            listener.listen_stream(socket, &path.display().to_string(), ingest)?;
         }
         Ok(listener)
     }
 
-    /// Binds the datagram socket at `path` (mode 0666, credentials passed)
-    /// and starts its receiving thread, which sets io_uring up itself (a
-    /// ring set up for one issuer belongs to the thread that made it) and
-    /// says whether it could before start-up goes on.
+    /// Starts the receiving thread of a datagram socket, which sets
+    /// io_uring up itself (a ring set up for one issuer belongs to the
+    /// thread that made it) and says whether it could before start-up goes
+    /// on. Asks for a large receive buffer and for the senders'
+    /// credentials (a socket unit sets both too).
     fn listen_datagram(
         &mut self,
-        path: &Path,
+        socket: UnixDatagram,
+        label: &str,
         mode: ReceiveMode,
         mut ingest: Ingest,
         stats: &Arc<SyslogStats>,
     ) -> Result<(), SyslogError> {
-        let err = |source| SyslogError::Socket {
-            path: path.to_path_buf(),
-            source,
-        };
-        bind_path(path, false)?;
-        let socket = UnixDatagram::bind(path).map_err(err)?;
-        self.paths.push(Bound::new(path));
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
         let fd = socket.as_raw_fd();
-        set_int_option(fd, libc::SO_PASSCRED, 1).map_err(err)?;
+        set_int_option(fd, libc::SO_PASSCRED, 1).map_err(|source| SyslogError::Socket {
+            path: PathBuf::from(label),
+            source,
+        })?;
         // As root the limit can be passed; otherwise the system's cap
         // applies, which is fine.
         if set_int_option(fd, libc::SO_RCVBUFFORCE, RECEIVE_BUFFER_BYTES).is_err() {
             let _ = set_int_option(fd, libc::SO_RCVBUF, RECEIVE_BUFFER_BYTES);
         }
-        let wake = eventfd().map_err(err)?;
-        let wake_fd = wake.as_raw_fd();
-        self.wake = Some(wake);
+        let wake_fd = self.wake.as_raw_fd();
         let (stats, stop) = (stats.clone(), self.stop.clone());
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -330,44 +388,62 @@ impl SyslogListener {
                 )),
             });
         }
-        tracing::info!(socket = %path.display(), "syslog datagram socket listening");
-        self.fds.push(fd);
+        tracing::info!(socket = %label, "syslog datagram socket listening");
         self.threads.push(thread);
-        self._datagram = Some(socket);
+        self._datagrams.push(socket);
         Ok(())
     }
 
-    /// Binds the stream socket at `path` (mode 0666) and starts its accept
-    /// thread.
+    /// Starts the accept thread of a listening stream socket.
     fn listen_stream(
         &mut self,
-        path: &Path,
+        socket: UnixListener,
+        label: &str,
         ingest: Ingest,
-        stats: &Arc<SyslogStats>,
     ) -> Result<(), SyslogError> {
-        let err = |source| SyslogError::Socket {
-            path: path.to_path_buf(),
-            source,
-        };
-        bind_path(path, true)?;
-        let socket = UnixListener::bind(path).map_err(err)?;
-        self.paths.push(Bound::new(path));
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
-        self.stream_fd = Some(
-            std::os::fd::AsFd::as_fd(&socket)
-                .try_clone_to_owned()
-                .map_err(err)?,
-        );
-        let shared = Arc::new(stream::Shared::new(stats.clone(), self.stop.clone()));
-        self.stream = Some(shared.clone());
+        let shared = self.stream.clone();
+        let wake_fd = self.wake.as_raw_fd();
         let thread = std::thread::Builder::new()
             .name("syslog-accept".into())
-            .spawn(move || stream::accept_loop(socket, ingest, shared))
+            .spawn(move || stream::accept_loop(socket, wake_fd, ingest, shared))
             .map_err(SyslogError::Spawn)?;
-        tracing::info!(socket = %path.display(), "syslog stream socket listening");
+        tracing::info!(socket = %label, "syslog stream socket listening");
         self.threads.push(thread);
         Ok(())
     }
+}
+
+/// How a passed socket is named in the log: its path and its name.
+fn passed_label<S>(p: &Passed<S>) -> String {
+    let path = p
+        .path
+        .as_ref()
+        .map_or_else(|| "(no path)".to_string(), |p| p.display().to_string());
+    format!("{path} (passed by the service manager as {:?})", p.name)
+}
+
+/// Binds a datagram socket at `path` (mode 0666, like `/dev/log`).
+fn bind_datagram(path: &Path) -> Result<UnixDatagram, SyslogError> {
+    let err = |source| SyslogError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    bind_path(path, false)?;
+    let socket = UnixDatagram::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok(socket)
+}
+
+/// Binds a listening stream socket at `path` (mode 0666).
+fn bind_stream(path: &Path) -> Result<UnixListener, SyslogError> {
+    let err = |source| SyslogError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    bind_path(path, true)?;
+    let socket = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok(socket)
 }
 
 /// The io_uring receiver `mode` asks for: `None` for recvmmsg (asked for,
@@ -439,31 +515,28 @@ fn receive(
 impl Drop for SyslogListener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(wake) = &self.wake {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: an open eventfd and an 8-byte buffer, as eventfd wants.
-            unsafe { libc::write(wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
-        }
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an open eventfd and an 8-byte buffer, as eventfd wants.
+        // The eventfd stays readable, so every waiter sees it.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), one.len()) };
         for &fd in &self.fds {
-            // SAFETY: the datagram socket is owned by this struct, open
-            // until it is dropped after this.
+            // SAFETY: a datagram socket eventd bound, owned by this struct
+            // and open until it is dropped after this.
             unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
-        }
-        if let Some(fd) = &self.stream_fd {
-            // Makes the blocked accept return. SAFETY: our own duplicate of
-            // the listener's descriptor, open until this struct is dropped.
-            unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
         // Connection threads see the stop flag within a read timeout.
-        if let Some(shared) = &self.stream {
-            let threads =
-                std::mem::take(&mut *shared.threads.lock().unwrap_or_else(|p| p.into_inner()));
-            for t in threads {
-                let _ = t.join();
-            }
+        let threads = std::mem::take(
+            &mut *self
+                .stream
+                .threads
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for t in threads {
+            let _ = t.join();
         }
         for p in &self.paths {
             p.remove();

@@ -107,9 +107,9 @@ pub fn run(
     }
 }
 
-/// Waits until the socket has a datagram (true) or the eventfd is written
-/// (false: stop).
-fn wait(fd: RawFd, wake_fd: RawFd) -> bool {
+/// Waits until the socket is readable (true: a datagram, or a connection
+/// to accept) or the eventfd is written (false: stop).
+pub(super) fn wait(fd: RawFd, wake_fd: RawFd) -> bool {
     let mut fds = [
         libc::pollfd {
             fd,

@@ -107,12 +107,22 @@ impl Drop for Admitted<'_> {
     }
 }
 
-pub(super) fn accept_loop(listener: UnixListener, ingest: Ingest, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
+/// Accepts connections until `wake_fd` (an eventfd) is written at stop.
+/// It waits in `poll` on both rather than in `accept`, so stopping never
+/// shuts the listener down: a listener the service manager passed stays
+/// usable for the next eventd.
+pub(super) fn accept_loop(
+    listener: UnixListener,
+    wake_fd: std::os::fd::RawFd,
+    ingest: Ingest,
+    shared: Arc<Shared>,
+) {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    while super::recvmmsg::wait(fd, wake_fd) {
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
-        let stream = match stream {
+        let stream = match listener.accept().map(|(s, _)| s) {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "syslog stream socket: accept failed");

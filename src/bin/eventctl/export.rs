@@ -8,53 +8,10 @@ use eventd::export::status::ExportReport;
 use eventd::query::render::{clean, json_safe, Output, Renderer};
 use eventd::query::{Filter, Request};
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use super::cli::{ClusterArgs, ExportCommand, InitArgs};
 use super::stdio::{say, Stdout};
-
-#[derive(clap::Subcommand)]
-pub enum ExportCommand {
-    /// Create eventd's database and tables in a ClickHouse cluster (every
-    /// server, ON CLUSTER); running it again changes nothing.
-    Init(InitArgs),
-    /// How far the export stage got, per shard file and table.
-    Status(StatusArgs),
-}
-
-/// Where ClickHouse is and who to be there; defaults from the
-/// configuration's Export keys.
-#[derive(clap::Args, Clone)]
-pub struct ClusterArgs {
-    /// ClickHouse's HTTP interface (default: ExportUrl).
-    #[arg(long, value_name = "URL")]
-    pub url: Option<String>,
-    /// The database of eventd's tables (default: ExportDatabase, "eventd").
-    #[arg(long)]
-    pub database: Option<String>,
-    /// The ClickHouse user (default: ExportUser).
-    #[arg(long)]
-    pub user: Option<String>,
-    /// A file whose first line is the password (default:
-    /// ExportPasswordFile).
-    #[arg(long, value_name = "FILE")]
-    pub password_file: Option<PathBuf>,
-}
-
-#[derive(clap::Args)]
-pub struct InitArgs {
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
-    /// The cluster (remote_servers) the tables spread over.
-    #[arg(long = "cluster", default_value = "eventd", value_name = "NAME")]
-    pub cluster_name: String,
-}
-
-#[derive(clap::Args)]
-pub struct StatusArgs {
-    #[arg(long, value_enum, default_value = "text")]
-    pub output: Output,
-}
 
 /// The client and database `args` (or the configuration) name.
 pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Client, String)> {

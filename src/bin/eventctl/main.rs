@@ -1,140 +1,22 @@
 //! `eventctl`: the command-line client of eventd.
 
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
-use eventd::config::{ConfigFile, Settings, DATA_DIR_DEFAULT};
-use eventd::query::render::{Output, Renderer};
+use clap::Parser;
+use cli::{Args, Command, EmitArgs, QueryArgs, StatsArgs};
+use eventd::config::{ConfigFile, Settings};
+use eventd::query::render::Renderer;
 use eventd::query::{
     Cursor, EventRow, FanOut, Filter, GapCursor, GapRow, Order, PageCursor, Request,
 };
 use eventd::rings::attach::EmitRingError;
-use eventd::rings::{now_ns, Emitter, Event, Level};
+use eventd::rings::{now_ns, Emitter, Event};
 use std::io::BufRead;
 use std::path::PathBuf;
 use stdio::{say, Stdout};
 
+mod cli;
 mod export;
 mod stdio;
-
-#[derive(Parser)]
-#[command(version, about = "Client of the eventd event collection daemon")]
-struct Args {
-    /// eventd's data directory (rings in DIR/kmes, shards in DIR/store).
-    #[arg(long, global = true, value_name = "DIR", default_value = DATA_DIR_DEFAULT)]
-    data_dir: PathBuf,
-    /// eventd's configuration file, when it moves directories (KmesDir, ...).
-    #[arg(long, global = true, value_name = "FILE")]
-    config: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Emit one event (or one per line of standard input) into the ring of
-    /// the CPU this process runs on.
-    Emit(EmitArgs),
-    /// List stored events from every shard, merged in time order.
-    Query(QueryArgs),
-    /// What the daemon knows now: per ring, channel and shard, queries and
-    /// retention.
-    Stats(StatsArgs),
-    /// Shard files: size, event count, active or historical.
-    Shards,
-    /// The daemon's effective settings.
-    Config,
-    /// The ClickHouse export: create the tables, see how far it got.
-    #[command(subcommand)]
-    Export(export::ExportCommand),
-}
-
-#[derive(clap::Args)]
-struct QueryArgs {
-    /// Events at or after this time: RFC 3339 ("2026-11-30T10:00:00Z") or
-    /// an age ("10m", "2h", "1d").
-    #[arg(long)]
-    since: Option<String>,
-    /// Events before this time (same forms as --since).
-    #[arg(long)]
-    until: Option<String>,
-    #[arg(long)]
-    cpu: Option<u32>,
-    /// This level or more severe (emerg … debug).
-    #[arg(long)]
-    level: Option<Level>,
-    #[arg(long)]
-    provider: Option<String>,
-    #[arg(long)]
-    name: Option<String>,
-    #[arg(long)]
-    pid: Option<u32>,
-    #[arg(long)]
-    uid: Option<u32>,
-    /// Only messages containing this text.
-    #[arg(long)]
-    grep: Option<String>,
-    /// Structured field equality KEY=VALUE (repeatable).
-    #[arg(long = "field", value_name = "KEY=VALUE")]
-    fields: Vec<String>,
-    /// At most this many events and this many gaps; the cursor of the next
-    /// page is printed.
-    #[arg(long)]
-    limit: Option<u64>,
-    /// Continue after a previous page's cursor (its events and its gaps).
-    #[arg(long)]
-    cursor: Option<String>,
-    /// Newest first.
-    #[arg(long)]
-    reverse: bool,
-    /// Keep streaming events as they commit.
-    #[arg(long, short = 'f', conflicts_with_all = ["offline", "limit"])]
-    follow: bool,
-    /// Read the shard files directly instead of asking the daemon.
-    #[arg(long)]
-    offline: bool,
-    /// Query the whole fleet in this ClickHouse cluster (its HTTP URL, e.g.
-    /// http://127.0.0.1:8123/) instead of this host's daemon.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["offline", "follow"])]
-    cluster: Option<String>,
-    /// With --cluster: only this host (repeatable).
-    #[arg(long = "host", value_name = "NAME", requires = "cluster")]
-    hosts: Vec<String>,
-    /// With --cluster: the database of eventd's tables (default:
-    /// ExportDatabase, "eventd").
-    #[arg(long, requires = "cluster")]
-    database: Option<String>,
-    #[arg(long, value_enum, default_value = "text")]
-    output: Output,
-}
-
-#[derive(clap::Args)]
-struct EmitArgs {
-    /// Who emits (at most 255 bytes).
-    #[arg(long)]
-    provider: String,
-    /// Syslog level: emerg, alert, crit, err, warning, notice, info, debug.
-    #[arg(long, default_value = "info")]
-    level: Level,
-    /// Event name (at most 255 bytes).
-    #[arg(long, default_value = "message")]
-    name: String,
-    /// A structured field KEY=VALUE (repeatable); stored as a JSON object.
-    #[arg(long = "field", value_name = "KEY=VALUE")]
-    fields: Vec<String>,
-    /// Read messages from standard input, one event per line.
-    #[arg(long, conflicts_with = "message")]
-    stdin: bool,
-    /// The message.
-    #[arg(required_unless_present = "stdin")]
-    message: Option<String>,
-}
-
-#[derive(clap::Args)]
-struct StatsArgs {
-    /// Print the Prometheus text exposition format instead of JSON.
-    #[arg(long)]
-    prometheus: bool,
-}
 
 fn main() -> std::process::ExitCode {
     match run(Args::parse()) {
@@ -146,12 +28,44 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The data directory of the package's eventd.service.
+const DATA_DIR_INSTALLED: &str = "/var/lib/eventd";
+/// The package's configuration file (a conffile).
+const CONFIG_INSTALLED: &str = "/etc/eventd/eventd.toml";
+
+/// The data directory: `--data-dir` or `EVENTD_DATA_DIR`; else
+/// `./eventd-data` if it is a directory (a developer's eventd), else the
+/// package's `/var/lib/eventd` if it is one, else `./eventd-data` (whose
+/// absence the command then names).
+fn data_dir(given: Option<PathBuf>) -> PathBuf {
+    if let Some(dir) = given {
+        return dir;
+    }
+    let local = PathBuf::from(eventd::config::DATA_DIR_DEFAULT);
+    if !local.is_dir() && std::path::Path::new(DATA_DIR_INSTALLED).is_dir() {
+        return PathBuf::from(DATA_DIR_INSTALLED);
+    }
+    local
+}
+
+/// The configuration file: `--config` or `EVENTD_CONFIG`; else the
+/// package's, when the data directory is the package's and the file is
+/// there (so a KmesDir or RunDir moved there is followed); else none.
+fn config_file(given: Option<PathBuf>, data_dir: &std::path::Path) -> Option<PathBuf> {
+    given.or_else(|| {
+        let installed = std::path::Path::new(CONFIG_INSTALLED);
+        (data_dir == std::path::Path::new(DATA_DIR_INSTALLED) && installed.is_file())
+            .then(|| installed.to_path_buf())
+    })
+}
+
 fn run(args: Args) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => ConfigFile::load(path)?,
+    let data_dir = data_dir(args.data_dir);
+    let file = match config_file(args.config, &data_dir) {
+        Some(path) => ConfigFile::load(&path)?,
         None => ConfigFile::default(),
     };
-    let settings = file.resolve(&args.data_dir)?;
+    let settings = file.resolve(&data_dir)?;
     let socket = settings.run_dir.join("query.sock");
     match args.command {
         Command::Emit(emit) => run_emit(&settings, emit),
@@ -221,7 +135,7 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
 fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
     if let Some(url) = &q.cluster {
         let filter = filter_of(&q)?;
-        let cluster = export::ClusterArgs {
+        let cluster = cli::ClusterArgs {
             url: Some(url.clone()),
             database: q.database.clone(),
             user: None,
