@@ -341,6 +341,15 @@ impl RingReader {
             // Acquire: as in `page_limit`.
             let front = Reserve::unpack(mem.word(H_RESERVE).load(Ordering::Acquire)).ticket;
             let ahead = ticket_distance(front, self.ticket);
+            // The page may have been opened between the two loads: the
+            // reserve word names it only after its meta word holds it
+            // (invariant 2), so a meta word loaded after that Acquire load
+            // must hold it, unless a lap came round or it was scribbled.
+            // Acquire: as above.
+            let again = Meta::unpack(mem.word(g.meta_index(self.ticket)).load(Ordering::Acquire));
+            if again.holds(self.ticket) {
+                return Step::Continue;
+            }
             if ahead >= 0 && !self.may_be_reused(ahead) {
                 // The reserve word names this page or a later one, so its
                 // meta word was set, and no lap has come round since.
