@@ -13,7 +13,12 @@
 //! otherwise, and on a host that already has eventd, its user, a log daemon
 //! (rsyslog, syslog-ng) or a running systemd, which the test would change.
 //! `scripts/test-all` installs what it needs (systemd's tools, dpkg-dev,
-//! pkg-config, man-db).
+//! pkg-config, man-db, strace).
+//!
+//! What cannot be checked without systemd as PID 1 is checked another way:
+//! the sandboxing options by `systemd-analyze verify` and `security`, the
+//! system call filter by tracing every call the installed eventd makes
+//! (strace) and finding each in the unit's SystemCallFilter=.
 
 mod common;
 
@@ -76,6 +81,7 @@ fn unsuitable() -> Option<String> {
         "cc",
         "readelf",
         "dpkg-shlibdeps",
+        "strace",
     ] {
         if !succeeds("sh", &["-c", &format!("command -v {tool}")]) {
             return Some(format!(
@@ -692,9 +698,13 @@ fn start_as_the_unit(work: &Path, restore: &mut Restore) -> (Notify, PathBuf, Ve
     let log = work.join("eventd.log");
     let mut argv: Vec<String> = exec.split_whitespace().map(str::to_string).collect();
     let program = argv.remove(0);
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg("LISTEN_PID=$$ exec \"$0\" \"$@\"")
+    // Traced (strace -f) from the start, to hold every system call eventd
+    // makes against the unit's SystemCallFilter=; sh's pid, which LISTEN_PID
+    // names, becomes eventd's through exec.
+    let mut c = Command::new("strace");
+    c.args(["-f", "-qq", "-o"])
+        .arg(work.join("eventd.strace"))
+        .args(["--", "sh", "-c", "LISTEN_PID=$$ exec \"$0\" \"$@\""])
         .arg("setpriv")
         .args([
             &format!("--reuid={user}"),
@@ -746,6 +756,76 @@ fn start_as_the_unit(work: &Path, restore: &mut Restore) -> (Notify, PathBuf, Ve
     }
     drop(sockets);
     (Notify { socket }, log, paths)
+}
+
+/// The system calls made in `trace` (strace -f) from the exec of
+/// `program` on: by eventd and its threads (it starts no other process).
+fn syscalls_after_exec(trace: &str, program: &str) -> BTreeSet<String> {
+    let exec = format!("execve(\"{program}\"");
+    let start = trace
+        .lines()
+        .position(|l| l.contains(&exec) && l.trim_end().ends_with("= 0"))
+        .unwrap_or_else(|| panic!("no {exec} in the trace"));
+    trace
+        .lines()
+        .skip(start + 1)
+        .filter_map(|l| {
+            // "PID  name(args) = ret", "PID  name(args <unfinished ...>"
+            let call = l.split_once(char::is_whitespace)?.1.trim_start();
+            let name: String = call
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            (!name.is_empty() && call[name.len()..].starts_with('(')).then_some(name)
+        })
+        .collect()
+}
+
+/// The system calls a unit's SystemCallFilter= lines allow, in order: the
+/// first names the allowed set, `~` lines take away, others add; groups
+/// expanded as `systemd-analyze syscall-filter` lists them.
+fn allowed_syscalls(unit: &Path) -> BTreeSet<String> {
+    let listing = run(&mut cmd(
+        "systemd-analyze",
+        &["syscall-filter", "--no-pager"],
+    ));
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut current = None;
+    for line in listing.lines() {
+        if let Some(group) = line.strip_prefix('@') {
+            current = Some(format!("@{}", group.trim()));
+            groups.insert(current.clone().unwrap(), Vec::new());
+        } else if let (Some(g), item) = (&current, line.trim()) {
+            if !item.is_empty() && !item.starts_with('#') {
+                groups.get_mut(g).unwrap().push(item.to_string());
+            }
+        }
+    }
+    fn expand(item: &str, groups: &BTreeMap<String, Vec<String>>, out: &mut BTreeSet<String>) {
+        match groups.get(item) {
+            Some(items) => items.iter().for_each(|i| expand(i, groups, out)),
+            None => {
+                out.insert(item.to_string());
+            }
+        }
+    }
+    let mut allowed = BTreeSet::new();
+    for value in unit_values(unit, "SystemCallFilter") {
+        let (deny, list) = match value.strip_prefix('~') {
+            Some(rest) => (true, rest),
+            None => (false, value.as_str()),
+        };
+        let mut set = BTreeSet::new();
+        list.split_whitespace()
+            .for_each(|i| expand(i, &groups, &mut set));
+        if deny {
+            allowed.retain(|c| !set.contains(c));
+        } else {
+            allowed.extend(set);
+        }
+    }
+    assert!(allowed.len() > 100, "{allowed:?}");
+    allowed
 }
 
 // ------------------------------------------------------------ the test
@@ -834,8 +914,15 @@ fn the_debian_packages_build_install_run_and_purge() {
     // The installed eventd, as the unit runs it.
     let (notify, log, socket_paths) = start_as_the_unit(work.path(), &mut restore);
     let daemon = restore.daemon.as_mut().unwrap();
-    let pid = daemon.id();
     let ready = notify.wait_for("READY=1", daemon, &log);
+    // eventd's own pid (the child is strace).
+    let pid: u32 = std::fs::read_to_string("/var/lib/eventd/run/eventd.pid")
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(ready.contains("STATUS=running"), "{ready}");
     let caps = capabilities(pid);
     assert_eq!(caps["Uid"], u64::from(uid), "{caps:?}");
@@ -936,9 +1023,26 @@ fn the_debian_packages_build_install_run_and_purge() {
     // SAFETY: kill on our own child's pid.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
     notify.wait_for("STOPPING=1", daemon, &log);
+    // strace exits as eventd did.
     let status = daemon.wait().unwrap();
     assert!(status.success(), "{status}:\n{}", common::read(&log));
     restore.daemon = None;
+    let trace = std::fs::read_to_string(work.path().join("eventd.strace")).unwrap();
+    let made = syscalls_after_exec(&trace, "/usr/bin/eventd");
+    let allowed = allowed_syscalls(Path::new("/lib/systemd/system/eventd.service"));
+    let denied: Vec<&String> = made.iter().filter(|c| !allowed.contains(*c)).collect();
+    eprintln!(
+        "eventd made {} distinct system calls, all checked against SystemCallFilter=",
+        made.len()
+    );
+    assert!(
+        made.contains("io_uring_setup") || made.contains("recvmmsg"),
+        "{made:?}"
+    );
+    assert!(
+        denied.is_empty(),
+        "eventd.service's SystemCallFilter= would deny {denied:?}"
+    );
     for p in &socket_paths {
         let _ = std::fs::remove_file(p);
     }
