@@ -13,7 +13,8 @@ use std::path::PathBuf;
 #[command(
     name = "eventctl",
     version = eventd::version::VERSION,
-    about = "Client of the eventd event collection daemon"
+    about = "Client of the eventd event collection daemon",
+    after_long_help = AFTER_HELP
 )]
 pub struct Args {
     /// eventd's data directory (rings in DIR/kmes, shards in DIR/store,
@@ -31,6 +32,17 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What `eventctl --help` (and the man page) says after the options.
+const AFTER_HELP: &str = "\
+Environment:
+  EVENTD_DATA_DIR  the data directory, when --data-dir is not given
+  EVENTD_CONFIG    the configuration file, when --config is not given
+
+Without either, eventctl uses ./eventd-data if it is a directory, else the
+package's /var/lib/eventd with /etc/eventd/eventd.toml: on a host where the
+package is installed, no option is needed. Querying takes membership of the
+QueryGroup (default: the group eventd), emitting of the ProducerGroup.";
 
 #[derive(Subcommand)]
 pub enum Command {

@@ -14,7 +14,11 @@ use std::path::PathBuf;
 /// progress, and takes the syslog and query sockets the socket units hold
 /// (LISTEN_FDS); elsewhere it creates its sockets itself.
 #[derive(Parser)]
-#[command(name = "eventd", version = eventd::version::VERSION)]
+#[command(
+    name = "eventd",
+    version = eventd::version::VERSION,
+    after_long_help = AFTER_HELP
+)]
 pub struct Args {
     /// Data directory: rings in DIR/kmes, shards in DIR/store, sockets in
     /// DIR/run.
@@ -63,6 +67,25 @@ pub struct Args {
     #[arg(long, hide = true, value_name = "N")]
     pub simulate_cpus: Option<u32>,
 }
+
+/// What `eventd --help` (and the man page) says after the options.
+const AFTER_HELP: &str = "\
+Environment:
+  EVENTD_DATA_DIR  the data directory, when --data-dir is not given
+  EVENTD_LOG       the log filter (tracing's EnvFilter syntax; default \"info\")
+  NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID
+                   set by systemd: readiness and the watchdog (sd_notify), and
+                   the sockets it holds for eventd (socket activation)
+
+Signals:
+  SIGTERM, SIGINT  stop: the drains stop reading, every writer commits what it holds
+  SIGHUP           read the configuration file again (it is also watched)
+
+Files (the Debian package):
+  /etc/eventd/eventd.toml  the configuration, every key commented at its default
+  /var/lib/eventd          the data directory: kmes/ (rings), store/ (shards), run/
+  eventd.service, eventd.socket, eventd-query.socket, eventd-devlog.socket
+                           the systemd units; docs in /usr/share/doc/eventd";
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum LogFormat {

@@ -63,13 +63,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     });
     let daemon = Daemon::start_with(&settings, tunables(&args), on_failure, sockets)?;
-    let watchdog = start_watchdog(&daemon);
     let status = format!(
         "running: {} rings, {} shards",
         daemon.state.rings.len(),
         daemon.state.shards.len()
     );
     notify::ready(&status);
+    let watchdog = start_watchdog(&daemon);
     tracing::info!(data_dir = %settings.data_dir.display(), "eventd running");
     let signal = loop {
         match signals.wait().context("waiting for a signal")? {
