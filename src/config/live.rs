@@ -133,8 +133,6 @@ impl LiveConfig {
     }
 }
 
-// Longer than the ~70 lines a function should be: one comparison per restart-
-// only key: a flat list.
 /// Restart-only keys whose value in `file` differs from the running one.
 fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
     let mut changes = Vec::new();

@@ -221,9 +221,6 @@ impl ConfigFile {
         Self::parse(&text, path)
     }
 
-    // Longer than the ~70 lines a function should be: one field per
-    // configuration key, each checked where it is set; a flat list reads best
-    // whole.
     /// Checks every value and resolves paths against `data_dir`.
     pub fn resolve(&self, data_dir: &Path) -> Result<Settings, ConfigError> {
         let storage_shards = self.storage_shards.unwrap_or(0);

@@ -122,8 +122,6 @@ fn export(e: &mut Exposition, state: &DaemonState) {
     }
 }
 
-// Longer than the ~70 lines a function should be: one family per ring counter:
-// a flat list of declarations.
 fn rings(e: &mut Exposition, state: &DaemonState) {
     let labels: Vec<[(&str, String); 1]> = state
         .rings
@@ -249,8 +247,6 @@ fn channels(e: &mut Exposition, state: &DaemonState) {
     );
 }
 
-// Longer than the ~70 lines a function should be: one family per shard
-// counter: a flat list of declarations.
 fn shards(e: &mut Exposition, state: &DaemonState) {
     let labels = shard_labels(state);
     let per = |f: &dyn Fn(&crate::store::WriterStats) -> f64| -> Vec<(&[(&str, String)], f64)> {
@@ -372,8 +368,6 @@ fn queries(e: &mut Exposition, state: &DaemonState) {
     );
 }
 
-// Longer than the ~70 lines a function should be: one family per syslog
-// counter: a flat list of declarations.
 fn syslog(e: &mut Exposition, state: &DaemonState) {
     let y = &state.syslog;
     for (name, help, value) in [

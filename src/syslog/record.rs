@@ -372,9 +372,6 @@ impl<'p> Built<'p> {
     }
 }
 
-// Longer than the ~70 lines a function should be: the fields object built,
-// then cut to fit the record step by step in the order the docs give; the
-// steps share the partly built fields.
 /// Fills `fields` and returns the event's columns, the message cut so that
 /// the record fits `max` payload bytes; `None` if not even the fields fit.
 fn build<'p>(

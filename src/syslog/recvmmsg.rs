@@ -15,9 +15,6 @@ pub const DATAGRAM_BYTES_MAX: usize = 16 << 10;
 /// Room for one SCM_CREDENTIALS message (CMSG_SPACE of a ucred).
 pub const CONTROL_BYTES: usize = 64;
 
-// Longer than the ~70 lines a function should be: the receive loop with the
-// buffers and headers recvmmsg fills set up right above it; split, the unsafe
-// parts would lose their context.
 /// Receives until `stop` is set and `wake_fd` (an eventfd) is written,
 /// handing each datagram to `deliver` (its kept bytes, its length as sent,
 /// the sender's credentials).

@@ -90,9 +90,6 @@ impl RingReader {
         seq_low.wrapping_sub(self.next_seq() & SEQ_LOW_MASK) & SEQ_LOW_MASK
     }
 
-    // Longer than the ~70 lines a function should be: one algorithm whose
-    // steps must run in this order (scan, wait out the bound, re-check the
-    // page, mark, last look); the comments walk through it.
     /// The record to resume at after an unstamped one (whose length is
     /// unknown): the first committed record in the page that names one of
     /// the next `remaining` sequence numbers after it and passes its
