@@ -87,7 +87,7 @@ fn read_and_encode(c: &mut Criterion) {
         });
     }
     // The floor: SQLite alone, every column read, nothing encoded.
-    let conn = eventd::store::recovery::open_read_only(&path).unwrap();
+    let conn = eventd::store::open_read_only(&path).unwrap();
     group.bench_function("sqlite_columns_only", |b| {
         b.iter(|| {
             let mut stmt = conn

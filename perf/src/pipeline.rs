@@ -335,7 +335,7 @@ pub(crate) fn count_files(store: &Path) -> anyhow::Result<(u64, Vec<(String, u64
     let mut rows = 0u64;
     let mut reasons: std::collections::BTreeMap<String, u64> = Default::default();
     for path in eventd::store::list_databases(store)? {
-        let c = eventd::store::recovery::open_read_only(&path)?;
+        let c = eventd::store::open_read_only(&path)?;
         rows += c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
         let mut stmt = c.prepare("SELECT reason, sum(lost) FROM gaps GROUP BY reason")?;
         for r in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {

@@ -182,7 +182,7 @@ impl Running {
             Running::Binary { data_dir, .. } => {
                 let (mut events, mut lost) = (0, 0);
                 for path in eventd::store::list_databases(&data_dir.join("store"))? {
-                    let c = eventd::store::recovery::open_read_only(&path)?;
+                    let c = eventd::store::open_read_only(&path)?;
                     // Rows are never deleted here, so the largest id is the
                     // count, found without a scan.
                     events += c.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| {
@@ -366,7 +366,7 @@ fn from_receipts(
     let mut commits = 0;
     let paths = eventd::store::list_databases(store)?;
     for path in &paths {
-        let c = eventd::store::recovery::open_read_only(path)?;
+        let c = eventd::store::open_read_only(path)?;
         let mut stmt = c.prepare(
             "SELECT r.committed_at - e.ts FROM receipts r JOIN events e \
              ON e.ring_epoch = r.ring_epoch AND e.seq BETWEEN r.first_seq AND r.last_seq \

@@ -162,7 +162,7 @@ fn shards(state: &DaemonState, settings: &Settings) -> Value {
             let size = |suffix: &str| {
                 std::fs::metadata(crate::store::side_file(p, suffix)).map_or(0, |m| m.len())
             };
-            let events = crate::store::recovery::open_read_only(p).and_then(|c| {
+            let events = crate::store::open_read_only(p).and_then(|c| {
                 c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))
             });
             json!({

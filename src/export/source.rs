@@ -171,7 +171,7 @@ impl ShardSource {
             path: path.to_path_buf(),
             source,
         };
-        let conn = crate::store::recovery::open_read_only(path).map_err(err)?;
+        let conn = crate::store::open_read_only(path).map_err(err)?;
         let instance = crate::store::schema::instance(&conn)
             .map_err(err)?
             .ok_or_else(|| SourceError::NoInstance {

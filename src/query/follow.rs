@@ -7,7 +7,7 @@
 //! order.
 
 use super::filter::Filter;
-use crate::store::recovery::open_read_only;
+use crate::store::open_read_only;
 use crate::store::rows::{EventRow, EVENT_COLUMNS, EVENT_COLUMN_COUNT};
 use rusqlite::{Connection, ToSql};
 use std::collections::HashMap;

@@ -4,7 +4,7 @@
 //! One thread accepts every connection and waits, with `poll`, for the
 //! request lines of all of them at once. A connection gets a thread (and,
 //! for a query, a slot) only once its whole request line is in
-//! ([`super::server::dispatch`]): one that sends nothing costs a descriptor
+//! (the server's dispatch, handed to [`run`]): one that sends nothing costs a descriptor
 //! and a buffer here, never a thread or a query slot. What it bounds:
 //!
 //! - **Who waits.** A peer that may not read events is answered `denied` at
@@ -20,23 +20,40 @@
 //!   get in. A connection about to be cut is read once more first (its
 //!   request may have just come); a cut one is answered `busy`, saying why.
 //! - **How long.** The whole request line within
-//!   [`super::server::REQUEST_DEADLINE`] of the accept, at most
+//!   [`REQUEST_DEADLINE`] of the accept, at most
 //!   [`REQUEST_BYTES_MAX`] bytes; otherwise `bad_request`.
 //! - **Memory.** What a waiting connection sent so far, at most
 //!   [`REQUEST_BYTES_MAX`] + 4 KiB each.
 //!
 //! Every answer given here is written without blocking ([`refuse`]).
 
+use super::peer::Access;
 use super::peer::{peer_credentials, peer_groups};
 use super::protocol::{error_line, ErrorCode, Request, REQUEST_BYTES_MAX};
-use super::server::{dispatch, Shared, REQUEST_DEADLINE};
+use super::slots::ShareRule;
+use super::stats::QueryStats;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The whole request line must have arrived this long after the accept.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+/// What the gate needs of the server: who may read, its counters, its
+/// stop flag, and the bounds.
+pub(super) struct GateParts {
+    pub access: Access,
+    pub stats: Arc<QueryStats>,
+    pub stop: Arc<AtomicBool>,
+    pub limits: Limits,
+    /// The slots' rule: who the per-uid bounds do not hold.
+    pub rule: ShareRule,
+}
 
 /// Connections waiting for their request at most, whatever
 /// MaxConcurrentQueries is: each may hold a request's bytes.
@@ -139,18 +156,24 @@ enum Finished {
 
 /// The accept thread: accepts, reads requests, dispatches them, cuts what
 /// waits too long or too much, until the server stops.
-pub(super) fn run(listener: UnixListener, shared: Arc<Shared>) {
+/// `dispatch` takes each connection whose request is in (with the log that
+/// rate-limits refusals).
+pub(super) fn run(
+    listener: UnixListener,
+    parts: GateParts,
+    dispatch: impl FnMut(Peer, Request, &mut RefusalLog),
+) {
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::error!(error = %e, "query socket: cannot serve (non-blocking accept)");
         return;
     }
     let mut gate = Gate {
-        limits: shared.limits,
-        shared,
+        parts,
+        dispatch,
         pending: Vec::new(),
         log: RefusalLog::default(),
     };
-    while !gate.shared.stop.load(Ordering::Relaxed) {
+    while !gate.parts.stop.load(Ordering::Relaxed) {
         let (listener_ready, ready) = gate.wait(&listener);
         // Requests first: a connection whose request came is never cut
         // for the room a newer one needs.
@@ -167,15 +190,15 @@ pub(super) fn run(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
-struct Gate {
-    shared: Arc<Shared>,
-    limits: Limits,
+struct Gate<D> {
+    parts: GateParts,
+    dispatch: D,
     /// Oldest first.
     pending: Vec<Pending>,
     log: RefusalLog,
 }
 
-impl Gate {
+impl<D: FnMut(Peer, Request, &mut RefusalLog)> Gate<D> {
     /// Waits until the listener or a waiting connection is readable, the
     /// next request deadline, or [`STOP_CHECK`]: whether the listener is
     /// ready, and the indices of the waiting connections that are.
@@ -221,7 +244,7 @@ impl Gate {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    if !self.shared.stop.load(Ordering::Relaxed) {
+                    if !self.parts.stop.load(Ordering::Relaxed) {
                         tracing::warn!(error = %e, "query socket: accept failed");
                         // Bounded: do not spin on a persistent error.
                         std::thread::sleep(Duration::from_millis(50));
@@ -243,8 +266,8 @@ impl Gate {
                 return;
             }
         };
-        if !self.shared.access.allows(uid, gid, &peer_groups(&stream)) {
-            self.shared
+        if !self.parts.access.allows(uid, gid, &peer_groups(&stream)) {
+            self.parts
                 .stats
                 .refused_denied
                 .fetch_add(1, Ordering::Relaxed);
@@ -284,15 +307,15 @@ impl Gate {
     /// Before a connection of `uid` joins the waiting ones: cuts the one
     /// the bounds say must go, if any.
     fn make_room_for(&mut self, uid: u32) {
-        let limited = !self.shared.slots.rule().unlimited(uid);
+        let limited = !self.parts.rule.unlimited(uid);
         let waiting: Vec<u32> = self.pending.iter().map(|p| p.peer.uid).collect();
-        let Some((victim, why)) = self.limits.victim(&waiting, uid, limited) else {
+        let Some((victim, why)) = self.parts.limits.victim(&waiting, uid, limited) else {
             return;
         };
         let mut p = self.pending.remove(victim);
         match read_more(&mut p) {
             None => {
-                self.shared
+                self.parts
                     .stats
                     .refused_busy
                     .fetch_add(1, Ordering::Relaxed);
@@ -340,13 +363,13 @@ impl Gate {
             Finished::Failed(e) => Err(format!("reading the request: {e}")),
         };
         match parsed {
-            Ok(request) => dispatch(&self.shared, p.peer, request, &mut self.log),
+            Ok(request) => (self.dispatch)(p.peer, request, &mut self.log),
             Err(message) => self.bad_request(p.peer, &message),
         }
     }
 
     fn bad_request(&self, peer: Peer, message: &str) {
-        self.shared
+        self.parts
             .stats
             .refused_bad_request
             .fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,7 @@ mod peer;
 pub mod protocol;
 pub mod server;
 mod slots;
+mod stats;
 
 pub use crate::store::rows::{EventRow, GapRow};
 pub use fanout::FanOut;

@@ -42,10 +42,12 @@
 use super::fanout::FanOut;
 use super::filter::Filter;
 use super::follow::Follower;
-use super::gate::{refuse, Limits, Peer, RefusalLog};
+pub use super::gate::REQUEST_DEADLINE;
+use super::gate::{refuse, GateParts, Limits, Peer, RefusalLog};
 pub use super::peer::Access;
 use super::protocol::{error_line, ErrorCode, Request};
 use super::slots::{QuerySlot, ShareRule, Slots};
+pub use super::stats::QueryStats;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -60,8 +62,6 @@ use std::time::{Duration, Instant};
 /// reading a screen, and should not lose the query for it. A client never
 /// holds a slot longer than this without reading anything.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// The whole request line must have arrived this long after the accept.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 /// Reports answered at once (each in a thread, beside the query threads).
 pub const REPORT_CONNECTIONS: u64 = 4;
 
@@ -80,44 +80,18 @@ pub struct QueryServer {
     accept: Option<std::thread::JoinHandle<()>>,
 }
 
-/// What the query server counts, for `eventctl stats` and the metrics.
-#[derive(Debug, Default)]
-pub struct QueryStats {
-    /// Queries (follows included) holding a query slot now: kept by the
-    /// slots ([`super::slots`]), under their lock.
-    pub running: AtomicU64,
-    /// Connections with a thread now (running a query or answering a
-    /// report): at most MaxConcurrentQueries + [`REPORT_CONNECTIONS`].
-    /// Connections waiting for their request have none.
-    pub connections: AtomicU64,
-    /// Requests answered (a slot taken, the request understood). Relaxed,
-    /// like the refusals: monitoring only.
-    pub served: AtomicU64,
-    /// Refused as busy: no query slot for the peer's uid (all taken, its
-    /// share held, or the rest kept for root and eventd's own user), every
-    /// report thread taken, or cut while waiting for its request (its uid
-    /// had too many waiting).
-    pub refused_busy: AtomicU64,
-    /// Refused because of the peer's credentials.
-    pub refused_denied: AtomicU64,
-    /// Requests that could not be understood, or did not come in time.
-    pub refused_bad_request: AtomicU64,
-    /// Queries that failed in the daemon (an unreadable store, say).
-    pub failed: AtomicU64,
-}
-
 /// What the gate and the query threads share.
-pub(super) struct Shared {
+struct Shared {
     store_dir: PathBuf,
     health: Option<Arc<crate::store::StoreHealth>>,
-    pub access: Access,
-    pub limits: Limits,
-    pub slots: Arc<Slots>,
+    access: Access,
+    limits: Limits,
+    slots: Arc<Slots>,
     /// Report threads running now, at most [`REPORT_CONNECTIONS`].
     reports: AtomicU64,
-    pub stats: Arc<QueryStats>,
+    stats: Arc<QueryStats>,
     reporter: Reporter,
-    pub stop: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
     pool: Arc<super::fanout::ConnectionPool>,
 }
 
@@ -232,15 +206,26 @@ impl Drop for QueryServer {
     }
 }
 
+/// The gate (see [`super::gate`]), handing each request that is in to
+/// [`dispatch`].
 fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    super::gate::run(listener, shared);
+    let parts = GateParts {
+        access: shared.access.clone(),
+        stats: shared.stats.clone(),
+        stop: shared.stop.clone(),
+        limits: shared.limits,
+        rule: shared.slots.rule(),
+    };
+    super::gate::run(listener, parts, move |peer, request, log| {
+        dispatch(&shared, peer, request, log)
+    });
 }
 
 /// Hands a connection whose request is in to a thread of its own: a query
 /// with a slot of its uid's, a report with one of the report threads. A
 /// request refused (a filter the server does not run, no slot, no report
 /// thread) is answered here, in the accept thread, without blocking.
-pub(super) fn dispatch(shared: &Arc<Shared>, peer: Peer, request: Request, log: &mut RefusalLog) {
+fn dispatch(shared: &Arc<Shared>, peer: Peer, request: Request, log: &mut RefusalLog) {
     let Peer { stream, pid, uid } = peer;
     let Request::Query { filter, follow } = request else {
         return dispatch_report(shared, stream, request, log, pid);

@@ -18,7 +18,7 @@
 //! understood, before the query's thread starts, and given back when the
 //! query's thread drops it ([`QuerySlot`]).
 
-use super::server::QueryStats;
+use super::stats::QueryStats;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};

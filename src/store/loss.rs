@@ -188,7 +188,7 @@ impl Reread {
     /// Adds the readable events and gaps of `path` (up to the first row the
     /// damage stops).
     fn read(&mut self, path: &Path) {
-        let Ok(conn) = super::recovery::open_read_only(path) else {
+        let Ok(conn) = super::open::open_read_only(path) else {
             return;
         };
         for sql in [
@@ -238,7 +238,7 @@ fn merge(mut runs: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 /// `path`: a grouped count if that works, else the rows read one by one up
 /// to the first error.
 fn readable_events(path: &Path) -> Vec<(u64, u32, u64)> {
-    let Ok(conn) = super::recovery::open_read_only(path) else {
+    let Ok(conn) = super::open::open_read_only(path) else {
         return Vec::new();
     };
     let grouped = conn

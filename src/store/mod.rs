@@ -28,8 +28,8 @@ pub use files::{
 };
 pub use health::{Damaged, StoreHealth};
 pub use open::{
-    check_structure, migrate_historical, open_historical, open_shard, open_shard_with,
-    HistoricalFiles,
+    check_structure, migrate_historical, open_historical, open_read_only, open_shard,
+    open_shard_with, HistoricalFiles,
 };
 pub use recovery::ReceiptReader;
 pub use writer::{ShardWriter, WriterShared, WriterStats};

@@ -387,3 +387,16 @@ fn open_historical_unchecked(path: &Path) -> Result<Connection, StoreError> {
         })?;
     Ok(conn)
 }
+
+/// Opens a shard database read-only (queries and recovery never write).
+pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    super::configure_sqlite();
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    // Reading the schema proves this is a database and not some other file.
+    conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+    Ok(conn)
+}

@@ -10,13 +10,14 @@
 //!    the receipt that ends just before it). Runs above the hole are already
 //!    committed: the drain skips them when it reads them again.
 
+use super::open::open_read_only;
 use super::rows::{Receipt, RECEIPT_COLUMNS};
 use super::StoreError;
 use super::StoreHealth;
 use crate::drain::RingPlan;
 use crate::rings::ReadPosition;
 use crate::rings::Ring;
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -330,19 +331,6 @@ fn plan_from_runs(watermark: u64, mut runs: Vec<Receipt>) -> Option<RingPlan> {
         above,
         predecessor: None,
     })
-}
-
-/// Opens a shard database read-only (queries and recovery never write).
-pub fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
-    super::configure_sqlite();
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.pragma_update(None, "busy_timeout", 5000)?;
-    // Reading the schema proves this is a database and not some other file.
-    conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
-    Ok(conn)
 }
 
 #[cfg(test)]

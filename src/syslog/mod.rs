@@ -26,6 +26,7 @@
 //! and raw bytes; empty ones are counted as rejected. Nothing a sender
 //! writes stops a listener.
 
+pub mod message;
 pub mod parse;
 pub mod record;
 pub mod recvmmsg;

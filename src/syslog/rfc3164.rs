@@ -17,7 +17,7 @@
 //! (the peers disagree there, and split plain text into wrong fields);
 //! otherwise the message is not in either format and is stored whole.
 
-use super::parse::{text, Format, Parsed};
+use super::message::{text, Format, Parsed};
 use super::timestamp;
 use std::borrow::Cow;
 
