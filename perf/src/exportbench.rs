@@ -98,6 +98,7 @@ impl Ch {
                 url: url.clone(),
                 user: None,
                 password: None,
+                tls: None,
             },
             eventd::export::ExportTunables::default().timeout,
         );

@@ -13,6 +13,7 @@
 //! - [`source`]: a shard file read by id range.
 //! - [`format`]: the ClickHouse tables' columns, RowBinary and JSONEachRow.
 //! - [`clickhouse`]: the HTTP interface.
+//! - [`tls`]: HTTPS: roots, a CA file, a client certificate.
 //! - [`cluster`]: inserting through the Distributed tables, and asking
 //!   every replica what landed.
 //! - [`worker`]: the protocol, per file and table.
@@ -33,7 +34,9 @@ pub mod password;
 pub mod redact;
 pub mod source;
 pub mod state;
+pub mod statements;
 pub mod status;
+pub mod tls;
 pub mod walroom;
 pub mod worker;
 
@@ -66,6 +69,10 @@ pub struct ExportSettings {
     pub user: Option<String>,
     /// `ExportPasswordFile` (live; read again every few seconds).
     pub password_file: Option<PathBuf>,
+    /// `ExportCAFile`, `ExportCertFile`, `ExportKeyFile` (live; read again
+    /// with the password file).
+    #[serde(flatten)]
+    pub tls: tls::TlsFiles,
 }
 
 /// How the stage runs (internal sizes, set by tests and the load harness).

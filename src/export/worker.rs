@@ -150,7 +150,7 @@ pub struct ExportWorker {
     /// Files that cannot be exported, by path, with why (said once).
     refused: BTreeMap<PathBuf, String>,
     last_scan: Option<Instant>,
-    credentials: (Option<String>, Option<String>),
+    credentials: Credentials,
     /// Why the configured credentials cannot be used, while none ever
     /// could: nothing is sent then.
     unusable: Option<String>,
@@ -204,10 +204,11 @@ impl ExportWorker {
         let state = ExportState::open(&parts.state_path)?;
         // Without usable credentials nothing is sent (not even as the
         // server's default user) until the file is fixed.
-        let (credentials, unusable) = match read_credentials(&parts.settings) {
-            Ok(c) => (c, None),
-            Err(why) => ((None, None), Some(why)),
-        };
+        let (credentials, unusable) =
+            match read_credentials(&parts.settings, &Credentials::default()) {
+                Ok(c) => (c, None),
+                Err(why) => (Credentials::default(), Some(why)),
+            };
         let cluster = make_cluster(&parts, &credentials);
         let ctx = Ctx {
             host: parts.host.clone(),
@@ -234,7 +235,7 @@ impl ExportWorker {
     /// Sends until stopped.
     pub fn run(mut self) -> Result<(), StateError> {
         if let Some(why) = self.unusable.clone() {
-            self.say_once(PathBuf::from("ExportPasswordFile"), why);
+            self.say_once(PathBuf::from(CREDENTIALS), why);
         }
         self.apply_nice(self.parts.settings.nice);
         while !self.parts.stop.is_stopped() {
@@ -272,15 +273,16 @@ impl ExportWorker {
         self.apply_nice(settings.nice);
         if settings.user != self.parts.settings.user
             || settings.password_file != self.parts.settings.password_file
+            || settings.tls != self.parts.settings.tls
             || self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL)
         {
             self.parts.settings = settings;
-            match read_credentials(&self.parts.settings) {
+            match read_credentials(&self.parts.settings, &self.credentials) {
                 Ok(c) if c != self.credentials || self.unusable.is_some() => {
                     self.ctx.cluster = make_cluster(&self.parts, &c);
                     self.credentials = c;
                     self.unusable = None;
-                    self.refused.remove(Path::new("ExportPasswordFile"));
+                    self.refused.remove(Path::new(CREDENTIALS));
                     tracing::info!("export credentials changed; they apply to the next batch");
                 }
                 Ok(_) => {}
@@ -289,7 +291,7 @@ impl ExportWorker {
                     if self.unusable.is_some() {
                         self.unusable = Some(e.clone());
                     }
-                    self.say_once(PathBuf::from("ExportPasswordFile"), e)
+                    self.say_once(PathBuf::from(CREDENTIALS), e)
                 }
             }
         }
@@ -438,8 +440,15 @@ impl ExportWorker {
         if let Some(t) = self.ctx.cluster.known_topology() {
             self.ctx.status.set_cluster(Some(ClusterStatus {
                 version: t.version.clone(),
+                layout: match t.layout {
+                    super::statements::Layout::Single => "single",
+                    super::statements::Layout::Cluster => "cluster",
+                }
+                .to_string(),
                 cluster: t.cluster.clone(),
                 replicas: t.replicas.len(),
+                shard: t.home.as_ref().map(|(n, _)| *n),
+                shard_replicas: t.holders().len(),
                 dedup_token: t.dedup_token,
             }));
         }
@@ -447,23 +456,64 @@ impl ExportWorker {
     }
 }
 
-fn make_cluster(parts: &WorkerParts, credentials: &(Option<String>, Option<String>)) -> Cluster {
-    let endpoint = super::clickhouse::Endpoint {
-        url: parts.settings.url.clone(),
-        user: credentials.0.clone(),
-        password: credentials.1.clone(),
-    };
-    let client = super::clickhouse::Client::new(endpoint, parts.timeout);
-    Cluster::new(client, &parts.settings.database, parts.timeout)
+/// What `say_once` files a credentials problem under.
+const CREDENTIALS: &str = "credentials";
+
+/// Who eventd is at the cluster: ExportUser, the password in
+/// ExportPasswordFile (its first line), and for an https:// URL the TLS
+/// files as read and the client configuration made of them.
+#[derive(Debug, Clone, Default)]
+struct Credentials {
+    user: Option<String>,
+    password: Option<String>,
+    tls_files: super::tls::TlsMaterial,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// ExportUser and the password in ExportPasswordFile (its first line).
-fn read_credentials(s: &ExportSettings) -> Result<(Option<String>, Option<String>), String> {
+impl PartialEq for Credentials {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.user, &self.password, &self.tls_files)
+            == (&other.user, &other.password, &other.tls_files)
+            && self.tls.is_some() == other.tls.is_some()
+    }
+}
+
+fn make_cluster(parts: &WorkerParts, credentials: &Credentials) -> Cluster {
+    let endpoint = super::clickhouse::Endpoint {
+        url: parts.settings.url.clone(),
+        user: credentials.user.clone(),
+        password: credentials.password.clone(),
+        tls: credentials.tls.clone(),
+    };
+    let client = super::clickhouse::Client::new(endpoint, parts.timeout);
+    Cluster::new(client, &parts.settings.database, &parts.host, parts.timeout)
+}
+
+/// The credentials the settings name, read now; the TLS configuration is
+/// made again only when its files changed since `previous`.
+fn read_credentials(s: &ExportSettings, previous: &Credentials) -> Result<Credentials, String> {
     let password = match &s.password_file {
         None => None,
         Some(path) => Some(super::read_password_file(path)?),
     };
-    Ok((s.user.clone(), password))
+    let (tls_files, tls) = if !super::tls::is_https(&s.url) {
+        Default::default()
+    } else {
+        let files = s.tls.read()?;
+        match &previous.tls {
+            Some(config) if files == previous.tls_files => (files, Some(config.clone())),
+            _ => {
+                let config = super::tls::client_config(&files)?;
+                (files, Some(config))
+            }
+        }
+    };
+    Ok(Credentials {
+        user: s.user.clone(),
+        password,
+        tls_files,
+        tls,
+    })
 }
 
 /// A round of `source` without a failure; `busy` if it sent or settled.
@@ -563,7 +613,7 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     });
     let check = recheck(ctx, &rows, position.rolled_back_through);
     if !check.is_empty() {
-        let present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+        let present = ctx.cluster.present_by_identity(table, &check)?;
         if !present.is_empty() {
             tracing::info!(shard = %source.shard.path.display(), table = table.name(),
                 lo = intent.lo, hi, rows = present.len(),
@@ -820,11 +870,11 @@ fn settle_chunk(
     // Rows that may be in the cluster under other ids are looked for by
     // identity, the others by their file and id.
     let check = recheck(ctx, &rows, rolled);
-    let mut present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+    let mut present = ctx.cluster.present_by_identity(table, &check)?;
     if check.len() < rows.len() {
         let by_id = ctx
             .cluster
-            .present(table, &ctx.host, &shard.instance, (lo, hi), times)?;
+            .present(table, &shard.instance, (lo, hi), times)?;
         let checked: BTreeSet<i64> = check.iter().map(|(id, _, _)| *id).collect();
         present.extend(by_id.into_iter().filter(|id| !checked.contains(id)));
     }
@@ -884,7 +934,7 @@ fn reconcile(
     let instance = source.shard.instance.clone();
     if let Some(highest) = ctx
         .cluster
-        .highest_after(table, &ctx.host, &instance, through, since)?
+        .highest_after(table, &instance, through, since)?
     {
         tracing::warn!(shard = %source.shard.path.display(), table = table.name(), through, highest,
             "export: the cluster holds rows past the recorded cursor; checking them");

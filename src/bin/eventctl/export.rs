@@ -39,6 +39,11 @@ pub struct ClusterArgs {
     /// ExportPasswordFile).
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// For an https:// URL: PEM certificates to trust instead of the
+    /// system's roots (default: ExportCAFile). A client certificate comes
+    /// from ExportCertFile and ExportKeyFile.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -48,6 +53,17 @@ pub struct InitArgs {
     /// The cluster (remote_servers) the tables spread over.
     #[arg(long = "cluster", default_value = "eventd", value_name = "NAME")]
     pub cluster_name: String,
+    /// Which tables: `cluster` (Replicated and Distributed, ON CLUSTER) or
+    /// `single` (MergeTree on one server). Default: `cluster` when the
+    /// server has that cluster in system.clusters, else `single`.
+    #[arg(long, value_enum)]
+    pub schema: Option<SchemaArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum SchemaArg {
+    Cluster,
+    Single,
 }
 
 #[derive(clap::Args)]
@@ -91,10 +107,16 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
         Some(path) => Some(eventd::export::read_password_file(&path).map_err(anyhow::Error::msg)?),
         None => None,
     };
+    let mut tls_files = configured.map(|e| e.tls.clone()).unwrap_or_default();
+    if let Some(ca) = &args.ca_file {
+        tls_files.ca_file = Some(ca.clone());
+    }
+    let (tls, _) = eventd::export::tls::for_url(&url, &tls_files).map_err(anyhow::Error::msg)?;
     let endpoint = Endpoint {
         url,
         user,
         password,
+        tls,
     };
     Ok((Client::new(endpoint, Duration::from_secs(60)), database))
 }
@@ -115,8 +137,14 @@ fn shown(e: anyhow::Error) -> anyhow::Error {
 
 fn init(settings: &Settings, args: &InitArgs) -> anyhow::Result<()> {
     let (client, database) = connect(settings, &args.cluster)?;
-    let done = eventd::export::init::init(&client, &database, &args.cluster_name)
-        .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+    use eventd::export::init::Schema;
+    let schema = args.schema.map(|s| match s {
+        SchemaArg::Cluster => Schema::Cluster,
+        SchemaArg::Single => Schema::Single,
+    });
+    // ClickHouse's errors name the URL already.
+    let done = eventd::export::init::init(&client, &database, &args.cluster_name, schema)
+        .context("creating eventd's tables")?;
     let mut out = Stdout::lock();
     for line in done {
         writeln!(out, "{}", clean(&line))?;
@@ -162,18 +190,33 @@ fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
         clean(&r.database)
     )?;
     if let Some(c) = &r.cluster {
-        writeln!(
-            out,
-            "cluster {} ({} replicas), ClickHouse {}{}",
-            clean(&c.cluster),
-            c.replicas,
-            clean(&c.version),
-            if c.dedup_token {
-                ", deduplication tokens"
-            } else {
-                ""
-            }
-        )?;
+        let tokens = if c.dedup_token {
+            ", deduplication tokens"
+        } else {
+            ""
+        };
+        if c.layout == "single" {
+            writeln!(
+                out,
+                "single server, ClickHouse {}{tokens}",
+                clean(&c.version)
+            )?;
+        } else {
+            let shard = match c.shard {
+                Some(n) => format!(
+                    "; this host's rows on shard {n} ({} replicas)",
+                    c.shard_replicas
+                ),
+                None => "; this host's rows on any shard".to_string(),
+            };
+            writeln!(
+                out,
+                "cluster {} ({} replicas){shard}, ClickHouse {}{tokens}",
+                clean(&c.cluster),
+                c.replicas,
+                clean(&c.version),
+            )?;
+        }
     }
     writeln!(
         out,
@@ -249,7 +292,7 @@ pub fn fleet_query(
                 keep_going(out.borrow_mut().gap_from(Some(host), g))
             },
         )
-        .with_context(|| format!("querying {}", client.url()))
+        .context("querying the fleet")
         .map_err(shown)?;
     if let Some(e) = failed.into_inner() {
         return Err(e.into());
@@ -279,9 +322,11 @@ mod tests {
             database: "eventd".to_string(),
             cluster: Some(ClusterStatus {
                 version: hostile.to_string(),
+                layout: "cluster".to_string(),
                 cluster: hostile.to_string(),
                 replicas: 1,
                 dedup_token: false,
+                ..ClusterStatus::default()
             }),
             shards: vec![SourceStatus {
                 file: "shard-000.db".to_string(),
