@@ -209,6 +209,47 @@ fn replica_killed_and_restarted() {
     host.stop();
 }
 
+/// A replica of the other shard is down: this host's rows all go to shard
+/// 1, so its sends, settles after kill -9 and its reconcile after a
+/// restart ask only shard 1's replicas, and it keeps exporting.
+#[test]
+fn a_host_keeps_exporting_while_a_replica_of_another_shard_is_down() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "elsewhere";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let name = host_on_shard(&c, 1, "home-");
+    let mut host = Host::new(dir.path(), &name, &c.url(1, 1), db, 37);
+    host.start();
+    emit(&host.data, 0, "before", 1000);
+    wait_exported(&host, Duration::from_secs(60));
+    c.kill(2, 1);
+    // A restart (each file reconciled first), then kills in the middle of
+    // batches (each pending batch settled).
+    host.stop();
+    host.start();
+    let mut rng = rand::rng();
+    for k in 0..4 {
+        let data = host.data.clone();
+        let emitter = std::thread::spawn(move || emit(&data, k % 2, &format!("k{k}"), 1500));
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..1200)));
+        host.kill9();
+        emitter.join().unwrap();
+        host.start();
+    }
+    emit(&host.data, 1, "after", 1000);
+    let status = wait_exported(&host, Duration::from_secs(120));
+    assert_eq!(status["cluster"]["shard"], 1, "{status}");
+    assert_eq!(status["cluster"]["shard_replicas"], 2, "{status}");
+    c.restart(2, 1);
+    let (events, _) = assert_exactly_once(&c, db, &host);
+    assert!(events > 2000, "{events} events");
+    host.stop();
+}
+
 #[test]
 fn zookeeper_stopped_longer_than_the_http_timeout() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
