@@ -20,7 +20,7 @@ mod common;
 mod export_common;
 
 use cluster::{wait_until as wait_for, Options};
-use common::{config, Eventd, EVENTCTL};
+use common::{config, read, Eventd, EVENTCTL};
 use export_common::*;
 use rand::Rng;
 use std::io::{Read as _, Write as _};
@@ -293,6 +293,35 @@ fn zookeeper_stopped_longer_than_the_http_timeout() {
         wait_exported(h, Duration::from_secs(120));
         let (events, _) = assert_exactly_once(&c, db, h);
         assert!(events > 1000, "{}: {events} events", h.name);
+        // Reads worked without ZooKeeper, so every retry found rows missing
+        // and tried to resend them: the log says so once per file and
+        // outage, and at its end how many tries it took.
+        let outages = h.logged("export: sending again");
+        let resending = h.logged("resending the rows the cluster does not hold");
+        let not_sent = h.logged("export: batch not sent");
+        let tries: Vec<u64> = h
+            .logs
+            .iter()
+            .flat_map(|l| {
+                read(l)
+                    .lines()
+                    .filter(|line| line.contains("export: sending again"))
+                    .filter_map(|line| {
+                        let rest = line.split("failed_tries=").nth(1)?;
+                        rest.split(' ').next()?.parse().ok()
+                    })
+                    .collect::<Vec<u64>>()
+            })
+            .collect();
+        eprintln!(
+            "{}: {outages} outages ended, tries {tries:?}; {resending} resending lines, \
+             {not_sent} not-sent lines",
+            h.name
+        );
+        assert!(outages >= 1, "{}: no outage ended", h.name);
+        assert!(tries.iter().any(|&t| t > 1), "{}: {tries:?}", h.name);
+        assert!(resending <= outages, "{}: {resending} > {outages}", h.name);
+        assert!(not_sent <= outages, "{}: {not_sent} > {outages}", h.name);
     }
     for h in &mut hosts {
         h.stop();

@@ -99,6 +99,24 @@ fn single_server_exactly_once_through_kill9_of_eventd_and_of_the_server() {
     eprintln!("{events} events; {landed} batches found landed and {resent} sent again");
     assert!(events > 10_000, "{events} events");
     assert!(landed + resent > 0, "no kill interrupted a batch");
+
+    // The counters count from the files' first export: a restart keeps them.
+    let counters = |s: &serde_json::Value| {
+        ["batches_sent", "rows_sent", "batches_deduplicated", "batches_resent"]
+            .map(|f| sum_status(s, f))
+    };
+    let before = counters(&status);
+    assert!(before[0] > 100 && before[1] > 10_000, "{before:?}");
+    host.stop();
+    host.start();
+    let mut after = [0; 4];
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            after = host.status().map_or([0; 4], |s| counters(&s));
+            after == before
+        }),
+        "before the restart {before:?}, after {after:?}"
+    );
     host.stop();
 }
 

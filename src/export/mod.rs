@@ -282,7 +282,13 @@ mod tests {
         let instance = source::ShardSource::open(&path).unwrap().instance;
         let mut state = state::ExportState::open(&state_path).unwrap();
         state
-            .advance(&instance, state::Table::Events, "shard-000.db", 40)
+            .advance(
+                &instance,
+                state::Table::Events,
+                "shard-000.db",
+                40,
+                state::Counts::default(),
+            )
             .unwrap();
         drop(state);
         let before = crate::rings::now_ns();

@@ -28,7 +28,7 @@
 use super::cluster::{Cluster, ClusterError};
 use super::format::Format;
 use super::source::{Batch, Encoding, Identity, ShardSource, SourceError};
-use super::state::{ExportState, Intent, StateError, Table};
+use super::state::{Counts, ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
 use super::walroom::WalRoom;
 use super::ExportSettings;
@@ -108,6 +108,19 @@ struct Source {
     prefetched: [Option<Prefetched>; 2],
     /// Whether its WAL needs a moment without readers.
     wal: WalRoom,
+    /// The failures since the last success (for the log: once per outage).
+    outage: Outage,
+}
+
+/// A run of failed steps of one file, from the first failure to the next
+/// success: what the log says once at each end instead of at every retry.
+#[derive(Debug, Default)]
+struct Outage {
+    /// When the first failure was (None: no outage).
+    since: Option<Instant>,
+    failures: u64,
+    /// Resends of missing rows tried (each failed but maybe the last).
+    resends: u64,
 }
 
 /// A batch read ahead: the rows after `after`, at most `batch_rows` of
@@ -391,9 +404,24 @@ impl ExportWorker {
             }
         }
         self.ctx.floors.set(&shard.path, floor);
+        // The counters count from the file's first export, not this start.
+        let counts = Table::ALL.map(|t| {
+            self.ctx
+                .state
+                .counts(&shard.instance, t)
+                .unwrap_or_default()
+        });
         self.ctx.status.update(&shard.instance, |s| {
             s.file = shard.file.clone();
             s.state = "starting".to_string();
+            for (table, c) in Table::ALL.into_iter().zip(counts) {
+                let st = s.stream(table);
+                st.batches_sent = c.batches_sent;
+                st.rows_sent = c.rows_sent;
+                st.batches_deduplicated = c.batches_deduplicated;
+                st.batches_resent = c.batches_resent;
+                st.rows_resent = c.rows_resent;
+            }
         });
         tracing::info!(shard = %shard.path.display(), instance = %shard.instance, "export: file taken");
         let wal = WalRoom::new(&shard.path, crate::store::schema::WAL_LIMIT_BYTES as u64);
@@ -407,6 +435,7 @@ impl ExportWorker {
                 next_try: Instant::now(),
                 backoff: BACKOFF_MIN,
                 prefetched: [None, None],
+                outage: Outage::default(),
             },
         );
     }
@@ -517,10 +546,14 @@ fn read_credentials(s: &ExportSettings, previous: &Credentials) -> Result<Creden
 }
 
 /// A round of `source` without a failure; `busy` if it sent or settled.
+/// The end of an outage is said once, with what it cost.
 fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
-    if source.backoff > BACKOFF_MIN {
-        tracing::info!(shard = %source.shard.path.display(), "export: sending again");
+    if let Some(since) = source.outage.since {
+        tracing::info!(shard = %source.shard.path.display(),
+            failed_tries = source.outage.failures, resends_tried = source.outage.resends,
+            outage = ?since.elapsed(), "export: sending again");
     }
+    source.outage = Outage::default();
     source.backoff = BACKOFF_MIN;
     let waiting = source.waiting.iter().any(Option::is_some);
     ctx.status.update(&source.shard.instance, |s| {
@@ -529,22 +562,24 @@ fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
     });
 }
 
+/// A failed step: the file backs off. The first failure of an outage is
+/// logged; the rest are counted (the status shows the last error, and
+/// [`succeeded`] says how many there were).
 fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
     // What the cluster said is masked and escaped where it was read (the
     // client); this also covers the rest (a layout read off the server).
     let message = ctx.cluster.client().shown(&e.to_string());
-    let first =
-        ctx.status.report().shards.iter().all(|s| {
-            s.instance != source.shard.instance || s.last_error.as_deref() != Some(&message)
-        });
-    if first {
+    if source.outage.since.is_none() {
+        source.outage.since = Some(Instant::now());
         tracing::warn!(
             shard = %source.shard.path.display(),
             error = %message,
             retry_in = ?source.backoff,
-            "export: batch not sent; the cursor stays and the batch is checked before any resend"
+            "export: batch not sent; the cursor stays and the batch is checked before any \
+             resend (said once until it works again)"
         );
     }
+    source.outage.failures += 1;
     ctx.status.update(&source.shard.instance, |s| {
         s.failures += 1;
         s.state = "retrying".to_string();
@@ -628,17 +663,17 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         let ahead = send_reading_ahead(ctx, source, table, &rows, read_ahead.then_some(hi))?;
         source.prefetched[slot(table)] = ahead;
     }
-    advance(ctx, &source.shard, table, hi)?;
+    let sent = Counts {
+        batches_sent: 1,
+        rows_sent: rows.len() as u64,
+        ..Counts::default()
+    };
+    advance(ctx, &source.shard, table, hi, sent)?;
     // Rows left over have waited since then already: their batch goes once
     // the interval is up, not a whole interval later.
     if newest <= hi {
         source.waiting[slot(table)] = None;
     }
-    ctx.status.update(&instance, |s| {
-        let st = s.stream(table);
-        st.batches_sent += 1;
-        st.rows_sent += rows.len() as u64;
-    });
     Ok(true)
 }
 
@@ -799,9 +834,25 @@ fn query_prefix(host: &str, instance: &str, table: Table) -> String {
     format!("eventd:{host}:{instance}:{}:", table.name())
 }
 
-/// The cursor to `hi`, the intent gone; retention learns it.
-fn advance(ctx: &mut Ctx, shard: &ShardSource, table: Table, hi: i64) -> Result<(), StepError> {
-    ctx.state.advance(&shard.instance, table, &shard.file, hi)?;
+/// The cursor to `hi`, the intent gone, `counted` added to the counters
+/// (in the state database and the status); retention learns the cursor.
+fn advance(
+    ctx: &mut Ctx,
+    shard: &ShardSource,
+    table: Table,
+    hi: i64,
+    counted: Counts,
+) -> Result<(), StepError> {
+    ctx.state
+        .advance(&shard.instance, table, &shard.file, hi, counted)?;
+    ctx.status.update(&shard.instance, |s| {
+        let st = s.stream(table);
+        st.batches_sent += counted.batches_sent;
+        st.rows_sent += counted.rows_sent;
+        st.batches_deduplicated += counted.batches_deduplicated;
+        st.batches_resent += counted.batches_resent;
+        st.rows_resent += counted.rows_resent;
+    });
     let mut floor = ctx.floors.get(&shard.path);
     match table {
         Table::Events => floor.events = floor.events.max(hi),
@@ -865,7 +916,7 @@ fn settle_chunk(
     let shard = &source.shard;
     let Some(times) = rows.time_range() else {
         // Nothing left of the range (retention deleted it, counted).
-        return advance(ctx, shard, table, hi);
+        return advance(ctx, shard, table, hi, Counts::default());
     };
     // Rows that may be in the cluster under other ids are looked for by
     // identity, the others by their file and id.
@@ -884,22 +935,31 @@ fn settle_chunk(
         tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
             "export: a batch whose send was not confirmed is in the cluster: not resent");
     } else {
-        tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
-            missing = rows.len(), of = had, "export: resending the rows the cluster does not hold");
+        // Said once per outage: while sends keep failing, every retry
+        // finds the same rows missing (`succeeded` counts them at the end).
+        if source.outage.resends == 0 {
+            tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
+                missing = rows.len(), of = had,
+                "export: resending the rows the cluster does not hold");
+        }
+        source.outage.resends += 1;
         send(ctx, shard, table, &rows)?;
     }
-    advance(ctx, shard, table, hi)?;
     let resent = rows.len() as u64;
-    ctx.status.update(&shard.instance, |s| {
-        let st = s.stream(table);
-        st.pending = None;
-        if resent == 0 {
-            st.batches_deduplicated += 1;
-        } else {
-            st.batches_resent += 1;
-            st.rows_resent += resent;
+    let counted = if resent == 0 {
+        Counts {
+            batches_deduplicated: 1,
+            ..Counts::default()
         }
-    });
+    } else {
+        Counts {
+            batches_resent: 1,
+            rows_resent: resent,
+            ..Counts::default()
+        }
+    };
+    advance(ctx, shard, table, hi, counted)?;
+    ctx.status.update(&shard.instance, |s| s.stream(table).pending = None);
     Ok(())
 }
 
