@@ -20,11 +20,14 @@
 //! - [`walroom`]: reads held while a shard's WAL waits to start over.
 //! - [`status`]: what `eventctl export status` and the metrics show.
 //! - [`init`]: the schema `eventctl export init` creates.
+//! - [`statements`]: the text of every statement sent, from plain values;
+//!   [`catalogue`]: all of them with sample values (`eventctl export sql`).
 //! - [`password`]: `ExportPasswordFile`, read without waiting on it.
 //! - [`redact`]: the password kept out of every text the export shows.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
 //!   fleet.
 
+pub mod catalogue;
 pub mod clickhouse;
 pub mod cluster;
 pub mod fleet;

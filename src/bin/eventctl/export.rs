@@ -20,6 +20,18 @@ pub enum ExportCommand {
     Init(InitArgs),
     /// How far the export stage got, per shard file and table.
     Status(StatusArgs),
+    /// Every statement eventd sends to ClickHouse, with sample values, one
+    /// JSON object a line (for checking them against other versions).
+    #[command(hide = true)]
+    Sql(SqlArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SqlArgs {
+    #[arg(long, default_value = "eventd")]
+    pub database: String,
+    #[arg(long, default_value = "eventd")]
+    pub cluster: String,
 }
 
 /// Where ClickHouse is and who to be there; defaults from the
@@ -125,6 +137,7 @@ pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
     let done = match command {
         ExportCommand::Init(args) => init(settings, &args),
         ExportCommand::Status(args) => status(settings, args.output),
+        ExportCommand::Sql(args) => statements(&args),
     };
     done.map_err(shown)
 }
@@ -148,6 +161,14 @@ fn init(settings: &Settings, args: &InitArgs) -> anyhow::Result<()> {
     let mut out = Stdout::lock();
     for line in done {
         writeln!(out, "{}", clean(&line))?;
+    }
+    Ok(out.flush()?)
+}
+
+fn statements(args: &SqlArgs) -> anyhow::Result<()> {
+    let mut out = Stdout::lock();
+    for sent in eventd::export::catalogue::catalogue(&args.database, &args.cluster) {
+        writeln!(out, "{}", serde_json::to_string(&sent)?)?;
     }
     Ok(out.flush()?)
 }
