@@ -102,8 +102,13 @@ fn single_server_exactly_once_through_kill9_of_eventd_and_of_the_server() {
 
     // The counters count from the files' first export: a restart keeps them.
     let counters = |s: &serde_json::Value| {
-        ["batches_sent", "rows_sent", "batches_deduplicated", "batches_resent"]
-            .map(|f| sum_status(s, f))
+        [
+            "batches_sent",
+            "rows_sent",
+            "batches_deduplicated",
+            "batches_resent",
+        ]
+        .map(|f| sum_status(s, f))
     };
     let before = counters(&status);
     assert!(before[0] > 100 && before[1] > 10_000, "{before:?}");

@@ -30,7 +30,11 @@ fn catalogue(database: &str) -> Vec<serde_json::Value> {
         .args(["export", "sql", "--database", database])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -150,7 +154,13 @@ fn every_single_server_statement_runs_on_18_16() {
                 .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
                 .collect::<Vec<u8>>()
         });
-        let answer = c.request(&url, sql, &settings, body.as_deref(), c.options().http_timeout);
+        let answer = c.request(
+            &url,
+            sql,
+            &settings,
+            body.as_deref(),
+            c.options().http_timeout,
+        );
         assert!(
             answer.is_ok(),
             "ClickHouse {}: {} {sql}\n=> {:?}",

@@ -118,7 +118,12 @@ impl Ch {
     fn fresh_database(&mut self, what: &str) -> anyhow::Result<String> {
         self.databases += 1;
         let db = format!("perf_{}_{what}", self.databases);
-        eventd::export::init::init(&self.client, &db, self.cluster.name())
+        eventd::export::init::init(
+            &self.client,
+            &db,
+            self.cluster.name(),
+            Some(eventd::export::init::Schema::Cluster),
+        )
             .with_context(|| format!("creating database {db}"))?;
         Ok(db)
     }
@@ -542,6 +547,7 @@ fn export_point(url: &str, db: &str, batch: u64, format: Format, nice: i32) -> E
             nice,
             user: None,
             password_file: None,
+            tls: Default::default(),
         },
         format,
     }

@@ -214,7 +214,10 @@ fn https_export_urls_and_tls_files_are_taken_and_a_lone_client_half_is_refused()
     let e = resolve("ExportUrl = \"https://h/\"\nExportKeyFile = \"k\"\n")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("ExportKeyFile") && e.contains("ExportCertFile"), "{e}");
+    assert!(
+        e.contains("ExportKeyFile") && e.contains("ExportCertFile"),
+        "{e}"
+    );
     let e = resolve("ExportUrl = \"ftp://h/\"").unwrap_err().to_string();
     assert!(e.contains("https://"), "{e}");
 }

@@ -145,7 +145,10 @@ fn discovery_and_schemas(database: &str, cluster: &str, out: &mut Vec<Sent>) {
     ] {
         out.push(sent(what, "any", q, &[("wait_end_of_query", "1")]));
     }
-    let ddl = [("wait_end_of_query", "1"), ("distributed_ddl_task_timeout", "180")];
+    let ddl = [
+        ("wait_end_of_query", "1"),
+        ("distributed_ddl_task_timeout", "180"),
+    ];
     for q in init::statements(database, cluster) {
         out.push(sent("init: cluster schema", "cluster", q, &ddl));
     }
@@ -207,7 +210,15 @@ fn lookups(database: &str, out: &mut Vec<Sent>) {
         };
         for table in Table::ALL {
             let times = (1_764_620_000_000_000_000, 1_764_620_009_000_000_000);
-            let present = sql::lookup(&from, table, HOST, INSTANCE, (100, 101), times, sql::PRESENT);
+            let present = sql::lookup(
+                &from,
+                table,
+                HOST,
+                INSTANCE,
+                (100, 101),
+                times,
+                sql::PRESENT,
+            );
             out.push(sent("settle: ids present", name, present, &checked));
             let highest = sql::lookup(
                 &from,
@@ -228,7 +239,12 @@ fn lookups(database: &str, out: &mut Vec<Sent>) {
         out.push(sent("settle: inserts running here", name, here, &checked));
         if layout == Layout::Cluster {
             let there = sql::running(&replicas, from.credentials, &prefix);
-            out.push(sent("settle: inserts running on the shard", name, there, &checked));
+            out.push(sent(
+                "settle: inserts running on the shard",
+                name,
+                there,
+                &checked,
+            ));
         }
     }
 }
@@ -275,8 +291,18 @@ fn fleet(database: &str, out: &mut Vec<Sent>) {
         };
         let settings = [("wait_end_of_query", "1"), ("max_result_rows", "0")];
         for last in [None, Some(&key)] {
-            out.push(sent("fleet: events", "any", query.events_sql(last, 10), &settings));
-            out.push(sent("fleet: gaps", "any", query.gaps_sql(last, 10), &settings));
+            out.push(sent(
+                "fleet: events",
+                "any",
+                query.events_sql(last, 10),
+                &settings,
+            ));
+            out.push(sent(
+                "fleet: gaps",
+                "any",
+                query.gaps_sql(last, 10),
+                &settings,
+            ));
         }
     }
 }

@@ -174,6 +174,10 @@ pub const PRESENT: &str = "DISTINCT source_id";
 /// The highest id above the cursor, and how many (reconcile).
 pub const HIGHEST: &str = "max(source_id), count()";
 
+/// A run of sequence numbers of one ring: ((ring epoch, cpu), (first,
+/// last)).
+pub type SeqRange = ((i64, u32), (u64, u64));
+
 /// Rows of `host`'s `table` by identity: per (ring epoch, cpu), a range of
 /// sequence numbers; answers (ring_epoch, cpu, seq or from_seq, 0 or
 /// to_seq) as RowBinary.
@@ -181,7 +185,7 @@ pub fn by_identity(
     from: &Source,
     table: Table,
     host: &str,
-    ranges: &[((i64, u32), (u64, u64))],
+    ranges: &[SeqRange],
 ) -> String {
     let (what, seq) = match table {
         Table::Events => ("ring_epoch, cpu, seq, toUInt64(0)", "seq"),

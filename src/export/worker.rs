@@ -959,7 +959,8 @@ fn settle_chunk(
         }
     };
     advance(ctx, shard, table, hi, counted)?;
-    ctx.status.update(&shard.instance, |s| s.stream(table).pending = None);
+    ctx.status
+        .update(&shard.instance, |s| s.stream(table).pending = None);
     Ok(())
 }
 
