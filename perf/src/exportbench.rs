@@ -124,7 +124,7 @@ impl Ch {
             self.cluster.name(),
             Some(eventd::export::init::Schema::Cluster),
         )
-            .with_context(|| format!("creating database {db}"))?;
+        .with_context(|| format!("creating database {db}"))?;
         Ok(db)
     }
 

@@ -181,12 +181,7 @@ pub type SeqRange = ((i64, u32), (u64, u64));
 /// Rows of `host`'s `table` by identity: per (ring epoch, cpu), a range of
 /// sequence numbers; answers (ring_epoch, cpu, seq or from_seq, 0 or
 /// to_seq) as RowBinary.
-pub fn by_identity(
-    from: &Source,
-    table: Table,
-    host: &str,
-    ranges: &[SeqRange],
-) -> String {
+pub fn by_identity(from: &Source, table: Table, host: &str, ranges: &[SeqRange]) -> String {
     let (what, seq) = match table {
         Table::Events => ("ring_epoch, cpu, seq, toUInt64(0)", "seq"),
         Table::Gaps => ("ring_epoch, cpu, from_seq, to_seq", "from_seq"),
