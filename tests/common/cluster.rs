@@ -815,10 +815,15 @@ impl Cluster {
     /// here, nothing of `packaging/clickhouse/cluster.xml`). It is shard 1,
     /// replica 1. Panics if it does not start.
     pub fn start_single(opts: Options) -> Cluster {
-        match Self::try_start_as(1, 1, true, opts) {
+        match Self::try_start_single(opts) {
             Ok(c) => c,
             Err(e) => panic!("server did not start: {e}"),
         }
+    }
+
+    /// [`Cluster::start_single`] without the panic.
+    pub fn try_start_single(opts: Options) -> Result<Cluster, String> {
+        Self::try_start_as(1, 1, true, opts)
     }
 
     fn try_start_as(
