@@ -121,7 +121,13 @@ struct Outage {
     failures: u64,
     /// Resends of missing rows tried (each failed but maybe the last).
     resends: u64,
+    /// The errors logged in this outage: each is said once.
+    said: Vec<String>,
 }
+
+/// The most distinct errors one outage logs (the status always shows the
+/// last one).
+const OUTAGE_ERRORS_SAID: usize = 8;
 
 /// A batch read ahead: the rows after `after`, at most `batch_rows` of
 /// them (always that many: only a full batch is read ahead), and their
@@ -562,21 +568,23 @@ fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
     });
 }
 
-/// A failed step: the file backs off. The first failure of an outage is
-/// logged; the rest are counted (the status shows the last error, and
-/// [`succeeded`] says how many there were).
+/// A failed step: the file backs off. Each error is logged the first time
+/// an outage meets it; repeats are counted (the status shows the last
+/// error, and [`succeeded`] says how many failures there were).
 fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
     // What the cluster said is masked and escaped where it was read (the
     // client); this also covers the rest (a layout read off the server).
     let message = ctx.cluster.client().shown(&e.to_string());
-    if source.outage.since.is_none() {
-        source.outage.since = Some(Instant::now());
+    source.outage.since.get_or_insert_with(Instant::now);
+    let said = &mut source.outage.said;
+    if !said.contains(&message) && said.len() < OUTAGE_ERRORS_SAID {
+        said.push(message.clone());
         tracing::warn!(
             shard = %source.shard.path.display(),
             error = %message,
             retry_in = ?source.backoff,
             "export: batch not sent; the cursor stays and the batch is checked before any \
-             resend (said once until it works again)"
+             resend (each error said once until it works again)"
         );
     }
     source.outage.failures += 1;
