@@ -16,464 +16,23 @@
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
+#[path = "common/export.rs"]
+mod export_common;
 
-use cluster::{wait_until as wait_for, Cluster, Options};
-use common::{config, pin, read, Eventd, EVENTCTL};
+use cluster::{wait_until as wait_for, Options};
+use common::{config, read, Eventd, EVENTCTL};
+use export_common::*;
 use rand::Rng;
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One cluster at a time (see the module docs).
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The HTTP timeout the exporters get: short, so that faults are noticed
-/// within the test's patience, and shorter than the ZooKeeper outage.
-const EXPORT_TIMEOUT_MS: &str = "2000";
-
-/// The cluster, or None (and why) when this machine cannot run one.
-fn cluster(opts: Options) -> Option<Cluster> {
-    if let Err(why) = Cluster::available() {
-        if std::env::var("EVENTD_REQUIRE_CLICKHOUSE").is_ok_and(|v| v == "1") {
-            panic!("EVENTD_REQUIRE_CLICKHOUSE=1 but {why}");
-        }
-        eprintln!("skipped: {why}");
-        return None;
-    }
-    Some(Cluster::start(2, 2, opts))
-}
-
-/// `eventctl export init` into `db`, through one server.
-fn init_schema(c: &Cluster, db: &str) {
-    let out = Command::new(EVENTCTL)
-        .args(["export", "init", "--url", &c.url(1, 1), "--database", db])
-        .args(["--cluster", c.name()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "export init: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A host name that `cityHash64(host)` sends to `shard` (numbered from 1),
-/// asked of the cluster itself.
-fn host_on_shard(c: &Cluster, shard: usize, prefix: &str) -> String {
-    (0..1000)
-        .map(|i| format!("{prefix}{i}"))
-        .find(|h| {
-            let sql = format!("SELECT cityHash64('{h}') % {}", c.shards());
-            c.query(&c.url(1, 1), &sql).trim() == (shard - 1).to_string()
-        })
-        .expect("some name hashes to every shard")
-}
-
-/// One eventd with its own data directory, configuration and host name.
-struct Host {
-    name: String,
-    data: PathBuf,
-    cfg: PathBuf,
-    eventd: Option<Eventd>,
-    /// The log of every start, oldest first.
-    logs: Vec<PathBuf>,
-}
-
-impl Host {
-    fn new(root: &Path, name: &str, url: &str, db: &str, batch_rows: u64) -> Host {
-        let dir = root.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let cfg = config(
-            &dir,
-            &format!(
-                "HostName = \"{name}\"\nExportUrl = \"{url}\"\nExportDatabase = \"{db}\"\n\
-                 ExportBatchRows = {batch_rows}\nRingBytes = 65536\nStorageShards = 2\n\
-                 SyslogSocket = \"\"\nSyslogStreamSocket = \"\"\n"
-            ),
-        );
-        Host {
-            name: name.to_string(),
-            data: dir.join("data"),
-            cfg,
-            eventd: None,
-            logs: Vec::new(),
-        }
-    }
-
-    fn start(&mut self) {
-        assert!(self.eventd.is_none());
-        let eventd = Eventd::start_with(
-            &self.data,
-            Some(&self.cfg),
-            &["--export-timeout-ms", EXPORT_TIMEOUT_MS],
-        );
-        self.logs.push(eventd.log.clone());
-        self.eventd = Some(eventd);
-    }
-
-    /// Lines of every start's log that contain `text`.
-    fn logged(&self, text: &str) -> usize {
-        self.logs
-            .iter()
-            .map(|l| read(l).lines().filter(|line| line.contains(text)).count())
-            .sum()
-    }
-
-    fn pid(&self) -> i32 {
-        self.eventd.as_ref().expect("running").child.id() as i32
-    }
-
-    fn kill9(&mut self) {
-        self.eventd.take().expect("running").kill();
-    }
-
-    fn stop(&mut self) {
-        self.eventd.take().expect("running").stop();
-    }
-
-    fn log(&self) -> String {
-        self.eventd
-            .as_ref()
-            .map(|e| read(&e.log))
-            .unwrap_or_default()
-    }
-
-    /// `eventctl export status --output json`, or None while it fails
-    /// (eventd restarting).
-    fn status(&self) -> Option<serde_json::Value> {
-        let out = Command::new(EVENTCTL)
-            .arg("--data-dir")
-            .arg(&self.data)
-            .args(["export", "status", "--output", "json"])
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        serde_json::from_slice(&out.stdout).ok()
-    }
-}
-
-/// `n` events emitted on `cpu` of the host at `data` by one `eventctl emit
-/// --stdin`. Emits into a lapping ring may fail; whatever was stored is
-/// what the checks compare, so the outcome is returned, not asserted.
-fn emit(data: &Path, cpu: usize, tag: &str, n: usize) -> Output {
-    let mut child = pin(&mut Command::new(EVENTCTL), cpu)
-        .arg("--data-dir")
-        .arg(data)
-        .args([
-            "emit",
-            "--provider",
-            "export",
-            "--level",
-            "notice",
-            "--stdin",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    for i in 0..n {
-        writeln!(stdin, "{tag} event {i:06} with some words to fill the ring").unwrap();
-    }
-    drop(stdin);
-    child.wait_with_output().unwrap()
-}
-
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill with the pid of a child of this test that is not reaped.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-}
-
-/// A ring lapped on purpose: eventd stopped while 4000 events go into a
-/// 64 KiB ring, so the drain finds most of them overwritten (gaps).
-fn lap(pid: i32, data: &Path, cpu: usize, tag: &str) {
-    signal(pid, libc::SIGSTOP);
-    emit(data, cpu, tag, 4000);
-    signal(pid, libc::SIGCONT);
-}
-
-type Key = (i64, i64, i64);
-type GapKey = (i64, i64, i64, i64, i64, String);
-
-/// What a host's shard files hold: event keys and gaps, sorted.
-fn local(data: &Path) -> (Vec<Key>, Vec<GapKey>) {
-    let mut events = Vec::new();
-    let mut gaps = Vec::new();
-    for (_, conn) in common::shards(data) {
-        let mut s = conn
-            .prepare("SELECT ring_epoch, cpu, seq FROM events")
-            .unwrap();
-        let rows = s
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap();
-        events.extend(rows.map(Result::unwrap));
-        let mut s = conn
-            .prepare("SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason FROM gaps")
-            .unwrap();
-        let rows = s
-            .query_map([], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            })
-            .unwrap();
-        gaps.extend(rows.map(Result::unwrap));
-    }
-    events.sort();
-    gaps.sort();
-    (events, gaps)
-}
-
-/// Newest id of events and of gaps per shard file name.
-fn newest_ids(data: &Path) -> BTreeMap<String, (i64, i64)> {
-    common::shards(data)
-        .into_iter()
-        .map(|(path, conn)| {
-            let max = |table: &str| -> i64 {
-                conn.query_row(
-                    &format!("SELECT ifnull(max(id), 0) FROM {table}"),
-                    [],
-                    |r| r.get(0),
-                )
-                .unwrap()
-            };
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            (name, (max("events"), max("gaps")))
-        })
-        .collect()
-}
-
-/// Whether the status says every row of every shard file, up to `newest`,
-/// is in the cluster.
-fn exported(status: &serde_json::Value, newest: &BTreeMap<String, (i64, i64)>) -> bool {
-    let Some(shards) = status["shards"].as_array() else {
-        return false;
-    };
-    newest.iter().all(|(file, &(events, gaps))| {
-        shards.iter().any(|s| {
-            let through = |t: &str| s[t]["exported_through"].as_i64().unwrap_or(-1);
-            s["file"]
-                .as_str()
-                .is_some_and(|f| f == file || f.ends_with(&format!("/{file}")))
-                && through("events") >= events
-                && through("gaps") >= gaps
-                && s["events"].get("pending").is_none()
-                && s["gaps"].get("pending").is_none()
-        })
-    })
-}
-
-/// Waits until the host's store is still (its emitters are done and the
-/// drains have caught up) and the exporter reports all of it sent.
-fn wait_exported(host: &Host, within: Duration) -> serde_json::Value {
-    let deadline = Instant::now() + within;
-    let mut last = None;
-    let mut previous = BTreeMap::new();
-    loop {
-        let newest = newest_ids(&host.data);
-        if let Some(status) = host.status() {
-            if newest == previous && exported(&status, &newest) {
-                return status;
-            }
-            last = Some(status);
-        }
-        previous = newest;
-        assert!(
-            Instant::now() < deadline,
-            "{}: not exported within {within:?}; store {previous:?}; status {}\nlog:\n{}",
-            host.name,
-            last.map(|s| s.to_string()).unwrap_or_default(),
-            host.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
-/// TabSeparated rows of one server's answer, parsed by `f`.
-fn rows<T>(c: &Cluster, url: &str, sql: &str, f: impl Fn(&[&str]) -> T) -> Vec<T> {
-    c.query(url, &format!("{sql} FORMAT TabSeparated"))
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| f(&l.split('\t').collect::<Vec<_>>()))
-        .collect()
-}
-
-fn num(s: &str) -> i64 {
-    s.parse().unwrap_or_else(|_| panic!("not a number: {s:?}"))
-}
-
-/// What the cluster holds of `host`: every replica of every shard, read
-/// from the local tables (no Distributed table in between).
-fn remote(c: &Cluster, db: &str, host: &str) -> Vec<Vec<(Vec<Key>, Vec<GapKey>)>> {
-    (1..=c.shards())
-        .map(|s| {
-            (1..=c.replicas())
-                .map(|r| {
-                    let url = c.url(s, r);
-                    let mut events = rows(
-                        c,
-                        &url,
-                        &format!(
-                            "SELECT ring_epoch, cpu, seq FROM {db}.events_local WHERE host = '{host}'"
-                        ),
-                        |f| (num(f[0]), num(f[1]), num(f[2])),
-                    );
-                    let mut gaps = rows(
-                        c,
-                        &url,
-                        &format!(
-                            "SELECT ring_epoch, cpu, from_seq, to_seq, lost, reason \
-                             FROM {db}.gaps_local WHERE host = '{host}'"
-                        ),
-                        |f| {
-                            (
-                                num(f[0]),
-                                num(f[1]),
-                                num(f[2]),
-                                num(f[3]),
-                                num(f[4]),
-                                f[5].to_string(),
-                            )
-                        },
-                    );
-                    events.sort();
-                    gaps.sort();
-                    (events, gaps)
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// How two sorted multisets differ: (only in `want`, only in `have`).
-fn diff<T: Ord + Clone>(want: &[T], have: &[T]) -> (Vec<T>, Vec<T>) {
-    let (mut missing, mut extra) = (Vec::new(), Vec::new());
-    let (mut i, mut j) = (0, 0);
-    while i < want.len() || j < have.len() {
-        match (want.get(i), have.get(j)) {
-            (Some(a), Some(b)) if a == b => {
-                i += 1;
-                j += 1;
-            }
-            (Some(a), Some(b)) if a < b => {
-                missing.push(a.clone());
-                i += 1;
-            }
-            (Some(a), None) => {
-                missing.push(a.clone());
-                i += 1;
-            }
-            (_, Some(b)) => {
-                extra.push(b.clone());
-                j += 1;
-            }
-            (None, None) => unreachable!("the loop condition"),
-        }
-    }
-    (missing, extra)
-}
-
-/// The check every test ends with; returns (events, gaps) of the host.
-fn assert_exactly_once(c: &Cluster, db: &str, host: &Host) -> (usize, usize) {
-    let (events, gaps) = local(&host.data);
-    // Replication is asynchronous: wait until every replica of every shard
-    // holds as much as the host has, then compare exactly.
-    let mut seen = remote(c, db, &host.name);
-    let settled = wait_for(Duration::from_secs(60), || {
-        seen = remote(c, db, &host.name);
-        seen.iter()
-            .all(|shard| shard.iter().all(|r| r == &shard[0]))
-            && seen.iter().map(|s| s[0].0.len()).sum::<usize>() >= events.len()
-            && seen.iter().map(|s| s[0].1.len()).sum::<usize>() >= gaps.len()
-    });
-    for (s, shard) in seen.iter().enumerate() {
-        for (r, replica) in shard.iter().enumerate() {
-            eprintln!(
-                "{}: shard {} replica {} holds {} events, {} gaps",
-                host.name,
-                s + 1,
-                r + 1,
-                replica.0.len(),
-                replica.1.len()
-            );
-        }
-    }
-    // Each host hashes to one shard: the others hold nothing of it.
-    let holding: Vec<usize> = (0..seen.len())
-        .filter(|&s| !seen[s][0].0.is_empty() || !seen[s][0].1.is_empty())
-        .collect();
-    let want = usize::from(!events.is_empty() || !gaps.is_empty());
-    assert_eq!(
-        holding.len(),
-        want,
-        "{}: rows on shards {holding:?} (indexes from 0)",
-        host.name
-    );
-    for (s, shard) in seen.iter().enumerate() {
-        for (r, (have_events, have_gaps)) in shard.iter().enumerate() {
-            let (want_events, want_gaps) = if holding.first() == Some(&s) {
-                (&events[..], &gaps[..])
-            } else {
-                (&[][..], &[][..])
-            };
-            let (missing, extra) = diff(want_events, have_events);
-            assert!(
-                missing.is_empty() && extra.is_empty(),
-                "{}: shard {} replica {} misses {} events (first {:?}) and has {} extra or \
-                 duplicated (first {:?}); settled {settled}",
-                host.name,
-                s + 1,
-                r + 1,
-                missing.len(),
-                missing.first(),
-                extra.len(),
-                extra.first()
-            );
-            let (missing, extra) = diff(want_gaps, have_gaps);
-            assert!(
-                missing.is_empty() && extra.is_empty(),
-                "{}: gaps missing {missing:?}, extra {extra:?}",
-                host.name
-            );
-        }
-    }
-    // The same through the Distributed table, as operators ask it.
-    let sql = format!(
-        "SELECT count(), uniqExact(ring_epoch, cpu, seq) FROM {db}.events WHERE host = '{}'",
-        host.name
-    );
-    let counts = rows(c, &c.url(2, 2), &sql, |f| (num(f[0]), num(f[1])));
-    assert_eq!(
-        counts,
-        vec![(events.len() as i64, events.len() as i64)],
-        "{}: count and distinct keys",
-        host.name
-    );
-    (events.len(), gaps.len())
-}
-
-fn sum_status(status: &serde_json::Value, field: &str) -> u64 {
-    status["shards"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| s["events"][field].as_u64().unwrap_or(0) + s["gaps"][field].as_u64().unwrap_or(0))
-        .sum()
-}
 
 #[test]
 fn fleet_of_four_hosts_exports_exactly_once() {
@@ -651,6 +210,47 @@ fn replica_killed_and_restarted() {
     host.stop();
 }
 
+/// A replica of the other shard is down: this host's rows all go to shard
+/// 1, so its sends, settles after kill -9 and its reconcile after a
+/// restart ask only shard 1's replicas, and it keeps exporting.
+#[test]
+fn a_host_keeps_exporting_while_a_replica_of_another_shard_is_down() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut c) = cluster(Options::default()) else {
+        return;
+    };
+    let db = "elsewhere";
+    init_schema(&c, db);
+    let dir = tempfile::tempdir().unwrap();
+    let name = host_on_shard(&c, 1, "home-");
+    let mut host = Host::new(dir.path(), &name, &c.url(1, 1), db, 37);
+    host.start();
+    emit(&host.data, 0, "before", 1000);
+    wait_exported(&host, Duration::from_secs(60));
+    c.kill(2, 1);
+    // A restart (each file reconciled first), then kills in the middle of
+    // batches (each pending batch settled).
+    host.stop();
+    host.start();
+    let mut rng = rand::rng();
+    for k in 0..4 {
+        let data = host.data.clone();
+        let emitter = std::thread::spawn(move || emit(&data, k % 2, &format!("k{k}"), 1500));
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..1200)));
+        host.kill9();
+        emitter.join().unwrap();
+        host.start();
+    }
+    emit(&host.data, 1, "after", 1000);
+    let status = wait_exported(&host, Duration::from_secs(120));
+    assert_eq!(status["cluster"]["shard"], 1, "{status}");
+    assert_eq!(status["cluster"]["shard_replicas"], 2, "{status}");
+    c.restart(2, 1);
+    let (events, _) = assert_exactly_once(&c, db, &host);
+    assert!(events > 2000, "{events} events");
+    host.stop();
+}
+
 #[test]
 fn zookeeper_stopped_longer_than_the_http_timeout() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -694,6 +294,50 @@ fn zookeeper_stopped_longer_than_the_http_timeout() {
         wait_exported(h, Duration::from_secs(120));
         let (events, _) = assert_exactly_once(&c, db, h);
         assert!(events > 1000, "{}: {events} events", h.name);
+        // Reads worked without ZooKeeper, so every retry found rows missing
+        // and tried to resend them: the log says so once per file and
+        // outage, and at its end how many tries it took.
+        let outages = h.logged("export: sending again");
+        let resending = h.logged("resending the rows the cluster does not hold");
+        let not_sent = h.logged("export: batch not sent");
+        let tries: Vec<u64> = h
+            .logs
+            .iter()
+            .flat_map(|l| {
+                read(l)
+                    .lines()
+                    .filter(|line| line.contains("export: sending again"))
+                    .filter_map(|line| {
+                        let rest = line.split("failed_tries=").nth(1)?;
+                        rest.split(' ').next()?.parse().ok()
+                    })
+                    .collect::<Vec<u64>>()
+            })
+            .collect();
+        eprintln!(
+            "{}: {outages} outages ended, tries {tries:?}; {resending} resending lines, \
+             {not_sent} not-sent lines",
+            h.name
+        );
+        assert!(outages >= 1, "{}: no outage ended", h.name);
+        assert!(tries.iter().any(|&t| t > 1), "{}: {tries:?}", h.name);
+        assert!(resending <= outages, "{}: {resending} > {outages}", h.name);
+        // An error is said once per file and outage: no line (without its
+        // time and backoff) more often than the outages that ended.
+        let mut said: BTreeMap<String, usize> = BTreeMap::new();
+        for l in &h.logs {
+            for line in read(l)
+                .lines()
+                .filter(|l| l.contains("export: batch not sent"))
+            {
+                let key = line.split_once(' ').map_or(line, |(_, rest)| rest);
+                let key = key.split(" retry_in=").next().unwrap_or(key);
+                *said.entry(key.to_string()).or_default() += 1;
+            }
+        }
+        for (line, n) in &said {
+            assert!(*n <= outages, "{}: said {n} times: {line}", h.name);
+        }
     }
     for h in &mut hosts {
         h.stop();

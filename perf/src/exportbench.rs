@@ -89,15 +89,23 @@ struct Ch {
 }
 
 impl Ch {
-    fn start(replicas: usize) -> anyhow::Result<Ch> {
+    /// 2 shards × `replicas` and ZooKeeper, or (`single`) one server
+    /// without ZooKeeper.
+    fn start(replicas: usize, single: bool) -> anyhow::Result<Ch> {
         let opts = Options::default();
-        let cluster = Cluster::try_start(2, replicas, opts).map_err(anyhow::Error::msg)?;
+        let cluster = if single {
+            Cluster::try_start_single(opts)
+        } else {
+            Cluster::try_start(2, replicas, opts)
+        }
+        .map_err(anyhow::Error::msg)?;
         let url = cluster.url(1, 1);
         let client = Client::new(
             Endpoint {
                 url: url.clone(),
                 user: None,
                 password: None,
+                tls: None,
             },
             eventd::export::ExportTunables::default().timeout,
         );
@@ -117,7 +125,12 @@ impl Ch {
     fn fresh_database(&mut self, what: &str) -> anyhow::Result<String> {
         self.databases += 1;
         let db = format!("perf_{}_{what}", self.databases);
-        eventd::export::init::init(&self.client, &db, self.cluster.name())
+        let schema = if self.cluster.is_single() {
+            eventd::export::init::Schema::Single
+        } else {
+            eventd::export::init::Schema::Cluster
+        };
+        eventd::export::init::init(&self.client, &db, self.cluster.name(), Some(schema))
             .with_context(|| format!("creating database {db}"))?;
         Ok(db)
     }
@@ -145,12 +158,13 @@ impl Ch {
     /// Drops `db` on every server, so that its merges and fetches do not
     /// run beside the next measurement.
     fn drop_database(&self, db: &str) -> anyhow::Result<()> {
+        let on_cluster = if self.cluster.is_single() {
+            String::new()
+        } else {
+            format!(" ON CLUSTER {}", ident(self.cluster.name()))
+        };
         self.client.run(
-            &format!(
-                "DROP DATABASE IF EXISTS {} ON CLUSTER {}",
-                ident(db),
-                ident(self.cluster.name())
-            ),
+            &format!("DROP DATABASE IF EXISTS {}{on_cluster}", ident(db)),
             &[("distributed_ddl_task_timeout", "180")],
         )?;
         Ok(())
@@ -171,7 +185,12 @@ impl Ch {
     /// replicas fetch what the insert wrote to one of them); the count
     /// last seen.
     fn wait_count(&self, db: &str, table: Table, expected: u64) -> anyhow::Result<u64> {
-        let sql = format!("SELECT count() FROM {}.{}_local", ident(db), table.name());
+        let local = if self.cluster.is_single() {
+            ""
+        } else {
+            "_local"
+        };
+        let sql = format!("SELECT count() FROM {}.{}{local}", ident(db), table.name());
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             // Each shard's replicas together; the first replica of each
@@ -195,6 +214,19 @@ impl Ch {
                 return Ok(total);
             }
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// What runs: one server, or the cluster.
+    fn layout(&self) -> String {
+        if self.cluster.is_single() {
+            "1 server (single-server schema, no ZooKeeper)".to_string()
+        } else {
+            format!(
+                "{} shards × {} replicas + ZooKeeper",
+                self.cluster.shards(),
+                self.cluster.replicas()
+            )
         }
     }
 
@@ -399,7 +431,7 @@ enum BareWork<'a> {
 /// exporter's.
 fn send(
     client: &Client,
-    db: &str,
+    (db, single): (&str, bool),
     table: Table,
     format: Format,
     body: &[u8],
@@ -407,23 +439,20 @@ fn send(
 ) -> anyhow::Result<()> {
     let timeout = eventd::export::ExportTunables::default().timeout;
     let timeout = timeout.as_secs().max(1).to_string();
-    client.insert(
-        &insert_statement(db, table, format),
-        body,
-        &[
-            ("insert_distributed_sync", "1"),
-            ("insert_distributed_timeout", &timeout),
-            ("max_insert_block_size", "1048576"),
-            ("query_id", query_id),
-        ],
-    )?;
+    // The exporter's settings: the Distributed ones only for a cluster.
+    let mut settings = vec![("max_insert_block_size", "1048576"), ("query_id", query_id)];
+    if !single {
+        settings.push(("insert_distributed_sync", "1"));
+        settings.push(("insert_distributed_timeout", &timeout));
+    }
+    client.insert(&insert_statement(db, table, format), body, &settings)?;
     Ok(())
 }
 
 /// One thread of the bare loop; returns its CPU time, ns.
 fn bare_thread(
     client: &Client,
-    db: &str,
+    (db, single): (&str, bool),
     format: Format,
     batch: u64,
     work: BareWork<'_>,
@@ -436,7 +465,7 @@ fn bare_thread(
     match work {
         BareWork::Encoded(bodies) => {
             for b in bodies {
-                send(client, db, b.table, format, &b.bytes, &query_id())?;
+                send(client, (db, single), b.table, format, &b.bytes, &query_id())?;
             }
         }
         BareWork::Files(files) => {
@@ -450,7 +479,14 @@ fn bare_thread(
                             break;
                         };
                         after = last;
-                        send(client, db, table, format, rows.body(), &query_id())?;
+                        send(
+                            client,
+                            (db, single),
+                            table,
+                            format,
+                            rows.body(),
+                            &query_id(),
+                        )?;
                     }
                 }
             }
@@ -495,10 +531,12 @@ fn bare(
             .into_iter()
             .enumerate()
             .map(|(t, w)| {
-                let (client, db) = (&ch.client, &db);
+                let (client, db, single) = (&ch.client, &db, ch.cluster.is_single());
                 std::thread::Builder::new()
                     .name(format!("bare-{t}"))
-                    .spawn_scoped(scope, move || bare_thread(client, db, format, batch, w))
+                    .spawn_scoped(scope, move || {
+                        bare_thread(client, (db, single), format, batch, w)
+                    })
             })
             .collect::<Result<_, _>>()?;
         let mut total = 0;
@@ -541,6 +579,7 @@ fn export_point(url: &str, db: &str, batch: u64, format: Format, nice: i32) -> E
             nice,
             user: None,
             password_file: None,
+            tls: Default::default(),
         },
         format,
     }
@@ -1141,7 +1180,7 @@ pub(crate) fn run(
     if let Some(s) = &split {
         crate::load::run_on(&s.cluster).context("--cluster-cpus")?;
     }
-    let mut ch = Ch::start(args.replicas)?;
+    let mut ch = Ch::start(args.replicas, args.single)?;
     // Whatever this thread starts from here on (eventd, the bare loop's
     // threads, producers) runs on the other CPUs.
     if let Some(s) = &split {
@@ -1149,18 +1188,22 @@ pub(crate) fn run(
         s.check(&ch.pids())?;
     }
     ch.split = split;
+    let shards = ch.cluster.shards();
     let host_shard = ch
         .client
-        .text(&format!("SELECT cityHash64({}) % 2 + 1", quote(HOST)), &[])?
+        .text(
+            &format!("SELECT cityHash64({}) % {shards} + 1", quote(HOST)),
+            &[],
+        )?
         .trim()
         .to_string();
     progress.suspend(|| {
         eprintln!(
-            "[{:3.0} s] cluster: ClickHouse {} 2 shards × {} replicas and ZooKeeper in {} ({:.1} s); \
-             host {HOST} goes to shard {host_shard}; {}",
+            "[{:3.0} s] ClickHouse {} {} in {} ({:.1} s); host {HOST} goes to shard \
+             {host_shard}; {}",
             elapsed(),
             ch.version,
-            args.replicas,
+            ch.layout(),
             ch.cluster.dir().display(),
             t.elapsed().as_secs_f64(),
             CpuSplit::describe(ch.split.as_ref())
@@ -1343,12 +1386,12 @@ fn print_tables(
 ) {
     let machine = report::Machine::describe();
     println!(
-        "\n## export ({} CPUs, {}; ClickHouse {} 2 shards × {} replicas + ZooKeeper; {}; {} rows, \
+        "\n## export ({} CPUs, {}; ClickHouse {} {}; {}; {} rows, \
          messages of {} bytes; eventd {:?})\n",
         machine.cpus,
         machine.model,
         ch.version,
-        ch.cluster.replicas(),
+        ch.layout(),
         CpuSplit::describe(ch.split.as_ref()),
         filled.rows(),
         args.event_bytes,
@@ -1442,9 +1485,10 @@ fn print_tables(
         );
     }
     println!(
-        "\n| ingest round | export off events/s | export on events/s | on / off | on, cluster at \
-         nice 19 | that / off | lost off / on / niced | ClickHouse CPUs busy off / on / niced \
-         | events in ClickHouse when the on / niced point ended |"
+        "\n| ingest round | export off events/s | export on (RowBinary, ExportBatchRows \
+         {BATCH_DEFAULT}) events/s | on / off | on, ClickHouse at nice 19 | that / off | lost off / \
+         on / niced | ClickHouse CPUs busy off / on / niced | events in ClickHouse when the on / \
+         niced point ended |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for (i, r) in ingest.iter().enumerate() {
@@ -1512,4 +1556,36 @@ fn print_tables(
         "\nExportBatchRows by measurement: {choice} (the smallest RowBinary batch within 10 % \
          of the best export rate)"
     );
+    print_summary(pairs, ingest);
+}
+
+/// The two judgements of this run, each side's format named: ingest with
+/// export on against off, and export against ClickHouse's bare insert.
+fn print_summary(pairs: &[Pair], ingest: &[IngestFigures]) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let on_off = median(ingest.iter().map(|r| r.ratio).collect());
+    let niced = median(ingest.iter().map(|r| r.ratio_cluster_niced).collect());
+    println!(
+        "\nsummary: ingest with export on / off {on_off:.2} (on: RowBinary, ExportBatchRows \
+         {BATCH_DEFAULT}; off: no export; median of {} rounds), {niced:.2} with ClickHouse at \
+         nice 19",
+        ingest.len()
+    );
+    for format in [Format::RowBinary, Format::JsonEachRow] {
+        if let Some(p) = median_pair(pairs, format) {
+            println!(
+                "summary: export / bare insert {:.2} (export: eventd, {} batches of {}; bare: \
+                 the same rows as {} batches of {}, encoded before the clock, with the \
+                 exporter's insert settings)",
+                p.ratio,
+                p.format.name(),
+                p.batch_rows,
+                p.format.name(),
+                p.batch_rows
+            );
+        }
+    }
 }

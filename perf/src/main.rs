@@ -91,6 +91,10 @@ pub(crate) struct Args {
     /// Replicas of each of the export scenario's two ClickHouse shards.
     #[arg(long, default_value_t = 2)]
     pub(crate) replicas: usize,
+    /// The export scenario against one ClickHouse server without ZooKeeper
+    /// (the single-server schema) instead of 2 shards × --replicas.
+    #[arg(long)]
+    pub(crate) single: bool,
     /// Seconds of the export scenario's paced load (export lag).
     #[arg(long, default_value_t = 15.0)]
     pub(crate) lag_secs: f64,

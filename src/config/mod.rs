@@ -124,6 +124,16 @@ pub struct ConfigFile {
     /// A file whose first line is that user's password (not readable by
     /// every local user); relative to the data directory.
     pub export_password_file: Option<PathBuf>,
+    /// PEM certificates trusted for an https:// ExportUrl instead of the
+    /// system's roots; relative to the data directory.
+    #[serde(rename = "ExportCAFile")]
+    pub export_ca_file: Option<PathBuf>,
+    /// A client certificate (PEM chain) offered to the server, with
+    /// ExportKeyFile; relative to the data directory.
+    pub export_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM, not readable by every
+    /// local user); relative to the data directory.
+    pub export_key_file: Option<PathBuf>,
     /// The export threads' niceness, 0..=19 (default 10): below the
     /// ingestion threads, so that a busy host ingests first.
     pub export_nice: Option<i64>,
@@ -345,16 +355,35 @@ impl ConfigFile {
         }
         // Errors quote the value: shown without credentials all the same.
         let url_shown = crate::export::redact::url(url);
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            range(
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .ok_or_else(|| {
+                range(
+                    "ExportUrl",
+                    &url_shown,
+                    "an http:// or https:// URL of ClickHouse's HTTP interface, such as \
+                     \"http://127.0.0.1:8123/\" or \"https://clickhouse.example:8443/\"",
+                )
+            })?;
+        if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
+            return Err(range(
                 "ExportUrl",
                 &url_shown,
-                "an http:// URL of ClickHouse's HTTP interface, such as \"http://127.0.0.1:8123/\" \
-                 (https is not built in: put a local TLS proxy in front)",
-            )
-        })?;
-        if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
-            return Err(range("ExportUrl", &url_shown, "an http:// URL with a host"));
+                "an http:// or https:// URL with a host",
+            ));
+        }
+        if self.export_cert_file.is_some() != self.export_key_file.is_some() {
+            let (set, unset) = if self.export_cert_file.is_some() {
+                ("ExportCertFile", "ExportKeyFile")
+            } else {
+                ("ExportKeyFile", "ExportCertFile")
+            };
+            return Err(ConfigError::Range {
+                key: set,
+                value: "set".to_string(),
+                allowed: format!("only together with {unset} (a client certificate and its key)"),
+            });
         }
         let database = self
             .export_database
@@ -389,13 +418,12 @@ impl ConfigFile {
                 EXPORT_NICE_RANGE,
             )? as i32,
             user: self.export_user.clone(),
-            password_file: self.export_password_file.as_ref().map(|p| {
-                if p.is_absolute() {
-                    p.clone()
-                } else {
-                    data_dir.join(p)
-                }
-            }),
+            password_file: under(data_dir, &self.export_password_file),
+            tls: crate::export::tls::TlsFiles {
+                ca_file: under(data_dir, &self.export_ca_file),
+                cert_file: under(data_dir, &self.export_cert_file),
+                key_file: under(data_dir, &self.export_key_file),
+            },
         }))
     }
 }
@@ -420,6 +448,17 @@ fn parse_problem(text: &str, e: &toml::de::Error) -> String {
         + 1;
     let quoted = text[line_start..].lines().next().unwrap_or("").trim();
     format!("line {line}, column {column} ({quoted:?}): {message}")
+}
+
+/// `path` as given when absolute, else under `data_dir`.
+fn under(data_dir: &Path, path: &Option<PathBuf>) -> Option<PathBuf> {
+    path.as_ref().map(|p| {
+        if p.is_absolute() {
+            p.clone()
+        } else {
+            data_dir.join(p)
+        }
+    })
 }
 
 /// The default `QueryIndexes`, parsed.

@@ -225,3 +225,29 @@ fn credentials_in_export_url_are_refused_without_being_repeated() {
     let s = resolve("ExportUrl = \"http://10.0.0.5:8123/?database=x\"").unwrap();
     assert_eq!(s.export.unwrap().url, "http://10.0.0.5:8123/?database=x");
 }
+
+#[test]
+fn https_export_urls_and_tls_files_are_taken_and_a_lone_client_half_is_refused() {
+    let s = resolve(
+        "ExportUrl = \"https://ch.example:8443/\"\nExportCAFile = \"ca.pem\"\n\
+         ExportCertFile = \"/etc/eventd/client.pem\"\nExportKeyFile = \"client.key\"\n",
+    )
+    .unwrap();
+    let export = s.export.unwrap();
+    assert_eq!(export.url, "https://ch.example:8443/");
+    // Relative paths are under the data directory, as the password file's.
+    assert!(export.tls.ca_file.unwrap().ends_with("ca.pem"));
+    assert_eq!(
+        export.tls.cert_file.unwrap(),
+        Path::new("/etc/eventd/client.pem")
+    );
+    let e = resolve("ExportUrl = \"https://h/\"\nExportKeyFile = \"k\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ExportKeyFile") && e.contains("ExportCertFile"),
+        "{e}"
+    );
+    let e = resolve("ExportUrl = \"ftp://h/\"").unwrap_err().to_string();
+    assert!(e.contains("https://"), "{e}");
+}

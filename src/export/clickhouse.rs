@@ -1,7 +1,7 @@
 //! ClickHouse's HTTP interface, as the export stage and `eventctl` use it:
 //! statements, queries with a result body, and inserts of a formatted body.
-//! Plain HTTP (ClickHouse on the same network, or a local proxy for TLS);
-//! HTTP Basic authentication when a user is configured.
+//! HTTP, or HTTPS with the server's certificate always verified (see
+//! [`super::tls`]); HTTP Basic authentication when a user is configured.
 //!
 //! Every request has a deadline (connect, then each read and write), so a
 //! server that stops answering (SIGSTOP, a network partition) costs a
@@ -26,6 +26,10 @@ pub struct Endpoint {
     pub url: String,
     pub user: Option<String>,
     pub password: Option<String>,
+    /// The TLS configuration for an `https://` URL (see [`super::tls`]);
+    /// None for `http://`. An `https://` URL without one trusts no
+    /// certificate at all.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -87,6 +91,28 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// What went wrong in the transport, without the URL (which ureq's own
+/// text starts with, and the error names once already): the kind, its
+/// message, and what caused it, a TLS failure said in words.
+fn transport_message(t: &ureq::Transport) -> String {
+    use std::error::Error;
+    let mut text = t.kind().to_string();
+    if let Some(m) = t.message() {
+        text.push_str(": ");
+        text.push_str(m);
+    }
+    if let Some(source) = t.source() {
+        let cause = super::tls::explain(source).unwrap_or_else(|| source.to_string());
+        // ureq's I/O errors say their kind again.
+        if cause.starts_with(&text) {
+            return cause;
+        }
+        text.push_str(": ");
+        text.push_str(&cause);
+    }
+    text
+}
+
 /// `Code: 60, e.displayText() = ...` → 60.
 fn error_code(message: &str) -> Option<u32> {
     let rest = message.split("Code: ").nth(1)?;
@@ -104,6 +130,12 @@ impl Client {
             .timeout_write(timeout)
             .max_idle_connections_per_host(8)
             .user_agent(concat!("eventd/", env!("CARGO_PKG_VERSION")))
+            .tls_config(
+                endpoint
+                    .tls
+                    .clone()
+                    .unwrap_or_else(super::tls::trusting_nothing),
+            )
             .build();
         let (user, password) = (endpoint.user.as_deref(), endpoint.password.as_deref());
         let auth = user.map(|u| super::redact::basic_authorization(u, password.unwrap_or("")));
@@ -180,7 +212,7 @@ impl Client {
             }
             Err(ureq::Error::Transport(t)) => Err(ClickHouseError::Transport {
                 url,
-                message: self.shown(&t.to_string()),
+                message: self.shown(&transport_message(&t)),
             }),
         }
     }
@@ -283,12 +315,14 @@ mod tests {
                 url: url.clone(),
                 user: None,
                 password: None,
+                tls: None,
             },
             Duration::from_secs(2),
         );
         match client.run("SELECT 1", &[]) {
             Err(e @ ClickHouseError::Transport { .. }) => {
-                assert!(e.to_string().contains(&url), "{e}")
+                // Named once: ureq's own text names it too.
+                assert_eq!(e.to_string().matches(&url).count(), 1, "{e}")
             }
             other => panic!("{other:?}"),
         }

@@ -1,40 +1,65 @@
-//! The cluster as the export stage sees it: where batches go (the
-//! `Distributed` tables, inserting synchronously into one replica of the
-//! shard the host hashes to) and how it asks which rows landed.
+//! Where the tables are, as the export stage sees it, and how it asks
+//! which rows landed. Two layouts ([`Layout`]):
 //!
-//! "Landed" means present on some replica: a part one replica has, its
-//! replication log gives to the others. So the check reads every replica
-//! of every shard directly (`remote()` over all of them, each address its
-//! own shard, so the result is their union), and fails unless every one
-//! answers: a replica that is down might hold the only copy of the batch,
-//! and guessing would either duplicate or lose it. The replicas are those
-//! of the cluster the `Distributed` table names (`system.clusters`), read
-//! once and again after an error.
+//! - **A single server**: `events` and `gaps` are MergeTree tables of the
+//!   server at the URL; batches go into them, and lookups read them.
+//! - **A cluster**: `events` and `gaps` are `Distributed` tables; a batch
+//!   goes through them, synchronously, into one replica of the shard the
+//!   host hashes to (`cityHash64(host)`, by the shards' weights).
+//!
+//! "Landed" means present on some replica of that shard: a part one
+//! replica has, its replication log gives to the others. So the check
+//! reads every replica of the host's shard directly (`remote()` over all
+//! of them, each address its own shard, so the result is their union),
+//! and fails unless every one answers: a replica that is down might hold
+//! the only copy of the batch, and guessing would either duplicate or lose
+//! it. Replicas of other shards are not asked (they hold none of this
+//! host's rows), so one of them being down holds up nothing here. The
+//! replicas are those of the cluster the `Distributed` table names
+//! (`system.clusters`), read once and again after an error.
 
-use super::clickhouse::{quote, ClickHouseError, Client};
-use super::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
+use super::clickhouse::{ClickHouseError, Client};
+use super::format::Format;
 use super::state::Table;
+use super::statements::{self as sql, Layout, Source};
 use std::collections::BTreeSet;
 
-/// The first version with `insert_deduplication_token` (22.2).
-const TOKEN_VERSION: [u32; 2] = [22, 2];
-
-/// What the export stage found out about the cluster.
+/// What the export stage found out about where the tables are.
 #[derive(Debug, Clone)]
 pub struct Topology {
-    /// The cluster the `Distributed` tables spread over.
+    pub layout: Layout,
+    /// The cluster the `Distributed` tables spread over ("" for a single
+    /// server).
     pub cluster: String,
-    /// `host:port` (native protocol) of every replica of every shard.
+    /// `host:port` (native protocol) of every replica of every shard
+    /// (none for a single server).
     pub replicas: Vec<String>,
+    /// The shard this host's rows go to (numbered from 1, as
+    /// `system.clusters` does) and its replicas: where its lookups read.
+    /// None when the Distributed table's sharding key is not
+    /// `cityHash64(host)`: then lookups read every replica.
+    pub home: Option<(u32, Vec<String>)>,
     /// The server takes `insert_deduplication_token`.
     pub dedup_token: bool,
     pub version: String,
 }
 
-/// What the export stage needs of the cluster.
+impl Topology {
+    /// The replicas that may hold this host's rows: its shard's, or all.
+    pub fn holders(&self) -> &[String] {
+        match &self.home {
+            Some((_, replicas)) => replicas,
+            None => &self.replicas,
+        }
+    }
+}
+
+/// What the export stage needs of the cluster (or the single server).
 pub struct Cluster {
     client: Client,
     database: String,
+    /// `HostName`: whose rows this exports (it picks the shard).
+    host: String,
     topology: Option<Topology>,
     /// HTTP timeout, in whole seconds, also given to the server as the
     /// Distributed insert's own timeout.
@@ -49,22 +74,66 @@ pub enum ClusterError {
     Layout(String),
 }
 
-/// The `remote()` arguments after the addresses: database, table, and the
-/// user's credentials if one is configured (the servers then connect to
-/// each other as that user; without one, as their `default` user).
-fn remote_args(database: &str, table: &str, client: &Client) -> String {
-    let mut args = format!("{}, {}", quote(database), quote(table));
-    if let Some((user, password)) = client.credentials() {
-        args.push_str(&format!(", {}, {}", quote(user), quote(password)));
+/// A shard of `system.clusters`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Shard {
+    num: u32,
+    weight: u32,
+    replicas: Vec<String>,
+}
+
+/// The shards listed by [`sql::cluster_replicas`], in order.
+fn parse_shards(listing: &str) -> Vec<Shard> {
+    let mut shards: Vec<Shard> = Vec::new();
+    for line in listing.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [num, weight, host, port] = f.as_slice() else {
+            continue;
+        };
+        let (Ok(num), Ok(weight)) = (num.parse::<u32>(), weight.parse::<u32>()) else {
+            continue;
+        };
+        let address = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        match shards.last_mut() {
+            Some(s) if s.num == num => s.replicas.push(address),
+            _ => shards.push(Shard {
+                num,
+                weight,
+                replicas: vec![address],
+            }),
+        }
     }
-    args
+    shards
+}
+
+/// The shard a Distributed insert sends a row with sharding key `hash` to:
+/// ClickHouse lays the shards out in order, each over as many slots as its
+/// weight, and takes slot `hash % slots`.
+fn shard_of(shards: &[Shard], hash: u64) -> Option<&Shard> {
+    let slots: u64 = shards.iter().map(|s| u64::from(s.weight)).sum();
+    if slots == 0 {
+        return None;
+    }
+    let mut slot = hash % slots;
+    for s in shards {
+        if slot < u64::from(s.weight) {
+            return Some(s);
+        }
+        slot -= u64::from(s.weight);
+    }
+    None
 }
 
 impl Cluster {
-    pub fn new(client: Client, database: &str, timeout: std::time::Duration) -> Self {
+    pub fn new(client: Client, database: &str, host: &str, timeout: std::time::Duration) -> Self {
         Cluster {
             client,
             database: database.to_string(),
+            host: host.to_string(),
             topology: None,
             timeout_secs: timeout.as_secs().max(1),
         }
@@ -96,72 +165,75 @@ impl Cluster {
             .ok_or_else(|| ClusterError::Layout("no topology".to_string()))
     }
 
+    fn count(&self, query: &str) -> Result<u64, ClusterError> {
+        let text = self.client.text(query, &[])?;
+        text.trim()
+            .parse()
+            .map_err(|_| ClusterError::Layout(format!("{query}: not a count: {text:?}")))
+    }
+
     fn discover(&self) -> Result<Topology, ClusterError> {
-        let version = self
-            .client
-            .text("SELECT version()", &[])?
-            .trim()
-            .to_string();
-        let numbers = super::clickhouse::parse_version(&version);
-        let engine = self.client.text(
-            &format!(
-                "SELECT engine_full FROM system.tables WHERE database = {} AND name = 'events' \
-                 FORMAT TSVRaw",
-                quote(&self.database)
-            ),
-            &[],
-        )?;
+        let version = self.client.text(sql::VERSION, &[])?.trim().to_string();
+        let dedup_token = self.count(&sql::has_setting("insert_deduplication_token"))? > 0;
+        let engine = self.client.text(&sql::events_engine(&self.database), &[])?;
         let engine = engine.trim();
-        let cluster = parse_distributed(engine).ok_or_else(|| {
-            ClusterError::Layout(format!(
-                "{}: table {}.events is missing or not Distributed ({:?}); run \
-                 `eventctl export init --url {}`",
-                self.client.url(),
+        let Some((cluster, by_host)) = parse_distributed(engine) else {
+            if engine.contains("MergeTree") {
+                return Ok(Topology {
+                    layout: Layout::Single,
+                    cluster: String::new(),
+                    replicas: Vec::new(),
+                    home: None,
+                    dedup_token,
+                    version,
+                });
+            }
+            return Err(ClusterError::Layout(format!(
+                "table {}.events is missing or neither Distributed nor MergeTree ({engine:?}); \
+                 run `eventctl export init`",
                 self.database,
-                engine,
-                self.client.url()
-            ))
-        })?;
-        let listing = self.client.text(
-            &format!(
-                "SELECT host_address, port FROM system.clusters WHERE cluster = {} \
-                 ORDER BY shard_num, replica_num FORMAT TSVRaw",
-                quote(&cluster)
-            ),
-            &[],
-        )?;
-        let replicas: Vec<String> = listing
-            .lines()
-            .filter_map(|l| {
-                let (host, port) = l.split_once('\t')?;
-                Some(if host.contains(':') {
-                    format!("[{host}]:{port}")
-                } else {
-                    format!("{host}:{port}")
-                })
-            })
-            .collect();
+            )));
+        };
+        let shards = parse_shards(&self.client.text(&sql::cluster_replicas(&cluster), &[])?);
+        let replicas: Vec<String> = shards.iter().flat_map(|s| s.replicas.clone()).collect();
         if replicas.is_empty() {
             return Err(ClusterError::Layout(format!(
-                "{}: cluster {cluster:?} (named by {}.events) has no replicas in system.clusters",
-                self.client.url(),
+                "cluster {cluster:?} (named by {}.events) has no replicas in system.clusters",
                 self.database
             )));
         }
+        let home = if by_host {
+            let hash = self.client.text(&sql::host_hash(&self.host), &[])?;
+            let hash: u64 = hash.trim().parse().map_err(|_| {
+                ClusterError::Layout(format!("cityHash64 of the host name: {hash:?}"))
+            })?;
+            shard_of(&shards, hash).map(|s| (s.num, s.replicas.clone()))
+        } else {
+            None
+        };
         Ok(Topology {
+            layout: Layout::Cluster,
             cluster,
             replicas,
-            dedup_token: numbers.as_slice() >= &TOKEN_VERSION[..],
+            home,
+            dedup_token,
             version,
         })
     }
 
-    /// Inserts `body` (rows of `table` in `format`) through the
-    /// Distributed table, synchronously: when this returns Ok, the block is
-    /// in one replica of its shard. `token` goes with it on servers that
-    /// deduplicate by token; `query_id` names the insert (and, as their
-    /// `initial_query_id`, the inserts it makes on the shards), so that
-    /// [`Cluster::running`] can tell whether it is still under way.
+    /// Where this host's rows are looked for: every replica of its shard.
+    fn holders(&mut self) -> Result<(Layout, Vec<String>), ClusterError> {
+        let t = self.topology()?;
+        Ok((t.layout.clone(), t.holders().to_vec()))
+    }
+
+    /// Inserts `body` (rows of `table` in `format`): on a cluster through
+    /// the Distributed table, synchronously, so that when this returns Ok
+    /// the block is in one replica of its shard. `token` goes with it on
+    /// servers that deduplicate by token; `query_id` names the insert
+    /// (and, as their `initial_query_id`, the inserts it makes on the
+    /// shards), so that [`Cluster::running`] can tell whether it is still
+    /// under way.
     pub fn insert(
         &mut self,
         table: Table,
@@ -170,25 +242,19 @@ impl Cluster {
         token: &str,
         query_id: &str,
     ) -> Result<(), ClusterError> {
-        let dedup_token = self.topology()?.dedup_token;
-        let columns = match table {
-            Table::Events => EVENT_COLUMNS,
-            Table::Gaps => GAP_COLUMNS,
-        };
-        let insert = format!(
-            "INSERT INTO {}.{} ({columns}) FORMAT {}",
-            super::clickhouse::ident(&self.database),
-            table.name(),
-            format.name()
-        );
+        let t = self.topology()?;
+        let (dedup_token, layout) = (t.dedup_token, t.layout.clone());
+        let insert = sql::insert(&self.database, table, format);
         let timeout = self.timeout_secs.to_string();
         let mut settings: Vec<(&str, &str)> = vec![
-            ("insert_distributed_sync", "1"),
-            ("insert_distributed_timeout", &timeout),
             // One batch is one block (batches are at most a million rows).
             ("max_insert_block_size", "1048576"),
             ("query_id", query_id),
         ];
+        if layout == Layout::Cluster {
+            settings.push(("insert_distributed_sync", "1"));
+            settings.push(("insert_distributed_timeout", &timeout));
+        }
         if dedup_token {
             settings.push(("insert_deduplication_token", token));
         }
@@ -200,18 +266,24 @@ impl Cluster {
     }
 
     /// The ids in `lo..=hi` of (`host`, `source`)'s `table` rows present on
-    /// any replica, with time (`ts` or `detected_at`) in `times`. Fails
-    /// unless every replica answers.
+    /// any replica of the host's shard (or the server), with time (`ts` or
+    /// `detected_at`) in `times`. Fails unless every one of them answers.
     pub fn present(
         &mut self,
         table: Table,
-        host: &str,
         source: &str,
-        (lo, hi): (i64, i64),
+        range: (i64, i64),
         times: (i64, i64),
     ) -> Result<BTreeSet<i64>, ClusterError> {
-        let sql = self.lookup_sql(table, host, source, lo, hi, times, "DISTINCT source_id")?;
-        let body = self.checked(&sql)?;
+        let (layout, replicas) = self.holders()?;
+        let from = Source {
+            layout: &layout,
+            database: &self.database,
+            replicas: &replicas,
+            credentials: self.client.credentials(),
+        };
+        let query = sql::lookup(&from, table, &self.host, source, range, times, sql::PRESENT);
+        let body = self.checked(&query)?;
         let mut reader = super::format::Reader::new(&body);
         let mut ids = BTreeSet::new();
         while !reader.is_empty() {
@@ -224,26 +296,32 @@ impl Cluster {
     }
 
     /// The highest id above `after` of (`host`, `source`)'s `table` rows
-    /// present on any replica with time at or after `since`; `None` if
-    /// there is none. Fails unless every replica answers.
+    /// present on any replica of the host's shard with time at or after
+    /// `since`; `None` if there is none. Fails unless every one answers.
     pub fn highest_after(
         &mut self,
         table: Table,
-        host: &str,
         source: &str,
         after: i64,
         since: i64,
     ) -> Result<Option<i64>, ClusterError> {
-        let sql = self.lookup_sql(
+        let (layout, replicas) = self.holders()?;
+        let from = Source {
+            layout: &layout,
+            database: &self.database,
+            replicas: &replicas,
+            credentials: self.client.credentials(),
+        };
+        let query = sql::lookup(
+            &from,
             table,
-            host,
+            &self.host,
             source,
-            after.saturating_add(1),
-            i64::MAX,
+            (after.saturating_add(1), i64::MAX),
             (since, i64::MAX),
-            "max(source_id), count()",
-        )?;
-        let body = self.checked(&sql)?;
+            sql::HIGHEST,
+        );
+        let body = self.checked(&query)?;
         let mut reader = super::format::Reader::new(&body);
         let max = reader
             .u64()
@@ -254,31 +332,25 @@ impl Cluster {
         Ok((count > 0).then_some(max as i64))
     }
 
-    /// Which of `rows` (id, identity, time) of `host`'s `table` are on
+    /// Which of `rows` (id, identity, time) of the host's `table` are on
     /// some replica by identity, under whatever file and id: for rows that
     /// may have been exported before under other ids (a shard file rolled
     /// back under the export cursor, then re-committed from the rings).
-    /// Asks by ranges of sequence numbers per ring epoch and cpu, a few
-    /// hundred at a time, and matches the answer here. Fails unless every
-    /// replica answers.
+    /// Those may be from before a shard was added, so every replica of
+    /// every shard is asked. Asks by ranges of sequence numbers per ring
+    /// epoch and cpu, a few hundred rows at a time, and matches the answer
+    /// here. Fails unless every replica answers.
     pub fn present_by_identity(
         &mut self,
         table: Table,
-        host: &str,
         rows: &[(i64, super::source::Identity, i64)],
     ) -> Result<BTreeSet<i64>, ClusterError> {
         use std::collections::BTreeMap;
         if rows.is_empty() {
             return Ok(BTreeSet::new());
         }
-        let database = self.database.clone();
-        let local = format!("{}_local", table.name());
-        let args = remote_args(&database, &local, &self.client);
-        let replicas = self.topology()?.replicas.join(",");
-        let (what, seq) = match table {
-            Table::Events => ("ring_epoch, cpu, seq, toUInt64(0)", "seq"),
-            Table::Gaps => ("ring_epoch, cpu, from_seq, to_seq", "from_seq"),
-        };
+        let t = self.topology()?;
+        let (layout, replicas) = (t.layout.clone(), t.replicas.clone());
         let mut present = BTreeSet::new();
         for chunk in rows.chunks(500) {
             let mut ranges: BTreeMap<(i64, u32), (u64, u64)> = BTreeMap::new();
@@ -287,19 +359,15 @@ impl Cluster {
                 r.0 = r.0.min(*s);
                 r.1 = r.1.max(*s);
             }
-            let terms: Vec<String> = ranges
-                .iter()
-                .map(|((e, c), (a, b))| {
-                    format!("(ring_epoch = {e} AND cpu = {c} AND {seq} BETWEEN {a} AND {b})")
-                })
-                .collect();
-            let sql = format!(
-                "SELECT {what} FROM remote({}, {args}) WHERE host = {} AND ({}) FORMAT RowBinary",
-                quote(&replicas),
-                quote(host),
-                terms.join(" OR ")
-            );
-            let body = self.checked(&sql)?;
+            let ranges: Vec<_> = ranges.into_iter().collect();
+            let from = Source {
+                layout: &layout,
+                database: &self.database,
+                replicas: &replicas,
+                credentials: self.client.credentials(),
+            };
+            let query = sql::by_identity(&from, table, &self.host, &ranges);
+            let body = self.checked(&query)?;
             let mut reader = super::format::Reader::new(&body);
             let mut found = BTreeSet::new();
             let layout = |e: super::format::DecodeError| ClusterError::Layout(e.to_string());
@@ -321,56 +389,27 @@ impl Cluster {
     }
 
     /// How many queries whose initial query id starts with `prefix` are
-    /// running on any replica: an insert the client gave up on (a timeout,
-    /// a cut connection) may still be writing its block. Fails unless
-    /// every replica answers.
+    /// running on the server at the URL (where inserts start) or on a
+    /// replica of the host's shard (where a Distributed insert writes): an
+    /// insert the client gave up on (a timeout, a cut connection) may
+    /// still be writing its block. Fails unless every one answers.
     pub fn running(&mut self, prefix: &str) -> Result<u64, ClusterError> {
-        let args = remote_args("system", "processes", &self.client);
-        let replicas = self.topology()?.replicas.join(",");
-        let sql = format!(
-            "SELECT count() FROM remote({}, {args}) WHERE substring(initial_query_id, 1, {}) = {} \
-             FORMAT RowBinary",
-            quote(&replicas),
-            prefix.len(),
-            quote(prefix)
-        );
-        let body = self.checked(&sql)?;
-        super::format::Reader::new(&body)
+        let (layout, replicas) = self.holders()?;
+        let here = self.checked(&sql::running(&[], None, prefix))?;
+        let mut count = super::format::Reader::new(&here)
             .u64()
-            .map_err(|e| ClusterError::Layout(e.to_string()))
+            .map_err(|e| ClusterError::Layout(e.to_string()))?;
+        if layout == Layout::Cluster {
+            let query = sql::running(&replicas, self.client.credentials(), prefix);
+            let there = self.checked(&query)?;
+            count += super::format::Reader::new(&there)
+                .u64()
+                .map_err(|e| ClusterError::Layout(e.to_string()))?;
+        }
+        Ok(count)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lookup_sql(
-        &mut self,
-        table: Table,
-        host: &str,
-        source: &str,
-        lo: i64,
-        hi: i64,
-        (t0, t1): (i64, i64),
-        what: &str,
-    ) -> Result<String, ClusterError> {
-        let database = self.database.clone();
-        let local = format!("{}_local", table.name());
-        let args = remote_args(&database, &local, &self.client);
-        let replicas = self.topology()?.replicas.join(",");
-        let time = match table {
-            Table::Events => "ts",
-            Table::Gaps => "detected_at",
-        };
-        Ok(format!(
-            "SELECT {what} FROM remote({}, {args}) WHERE host = {} AND source = {} \
-             AND source_id BETWEEN {} AND {} AND {time} BETWEEN {t0} AND {t1} FORMAT RowBinary",
-            quote(&replicas),
-            quote(host),
-            quote(source),
-            lo.max(0) as u64,
-            hi.max(0) as u64,
-        ))
-    }
-
-    /// Runs a lookup over every replica; none may be skipped.
+    /// Runs a lookup over every replica named; none may be skipped.
     fn checked(&mut self, sql: &str) -> Result<Vec<u8>, ClusterError> {
         let result = self.client.run(
             sql,
@@ -386,12 +425,19 @@ impl Cluster {
     }
 }
 
-/// The cluster name of `Distributed(cluster, database, table[, key])`.
-fn parse_distributed(engine: &str) -> Option<String> {
+/// The cluster name of `Distributed(cluster, database, table[, key])`,
+/// and whether the key is `cityHash64(host)` (what `eventctl export init`
+/// makes), which tells the shard of each host.
+fn parse_distributed(engine: &str) -> Option<(String, bool)> {
     let args = engine.strip_prefix("Distributed(")?;
-    let first = args.split(',').next()?.trim();
+    let mut parts = args.splitn(4, ',');
+    let first = parts.next()?.trim();
     let name = first.trim_matches(|c| c == '\'' || c == '`' || c == '"');
-    (!name.is_empty()).then(|| name.to_string())
+    let key = parts.nth(2).unwrap_or("");
+    // What follows the arguments (`)`, and SETTINGS on newer servers).
+    let key = key.split(" SETTINGS ").next().unwrap_or("").trim();
+    let key = key.strip_suffix(')').unwrap_or(key).trim();
+    (!name.is_empty()).then(|| (name.to_string(), key == "cityHash64(host)"))
 }
 
 #[cfg(test)]
@@ -402,13 +448,33 @@ mod tests {
     fn the_cluster_is_read_off_the_distributed_engine() {
         assert_eq!(
             parse_distributed("Distributed(eventd, eventd, events_local, cityHash64(host))"),
-            Some("eventd".to_string())
+            Some(("eventd".to_string(), true))
         );
         assert_eq!(
             parse_distributed("Distributed('fleet', 'db', 'events_local', rand())"),
-            Some("fleet".to_string())
+            Some(("fleet".to_string(), false))
+        );
+        assert_eq!(
+            parse_distributed(
+                "Distributed('fleet', 'db', 'events_local', cityHash64(host)) SETTINGS x = 1"
+            ),
+            Some(("fleet".to_string(), true))
         );
         assert_eq!(parse_distributed("MergeTree ORDER BY x"), None);
         assert_eq!(parse_distributed(""), None);
+    }
+
+    /// As ClickHouse lays slots out: shard 1 over its weight's slots, then
+    /// shard 2, and so on.
+    #[test]
+    fn a_host_hash_picks_its_shard_by_weights() {
+        let shards =
+            parse_shards("1\t1\t127.0.0.1\t9001\n1\t1\t127.0.0.1\t9002\n2\t2\t::1\t9003\n");
+        assert_eq!(shards.len(), 2);
+        assert_eq!(shards[0].replicas, ["127.0.0.1:9001", "127.0.0.1:9002"]);
+        assert_eq!(shards[1].replicas, ["[::1]:9003"]);
+        let picked: Vec<u32> = (0..6).map(|h| shard_of(&shards, h).unwrap().num).collect();
+        assert_eq!(picked, [1, 2, 2, 1, 2, 2]);
+        assert!(shard_of(&[], 5).is_none());
     }
 }

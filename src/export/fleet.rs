@@ -325,6 +325,7 @@ mod tests {
                 url: "http://127.0.0.1:1/".into(),
                 user: None,
                 password: None,
+                tls: None,
             },
             std::time::Duration::from_secs(1),
         );

@@ -13,17 +13,21 @@
 //! - [`source`]: a shard file read by id range.
 //! - [`format`]: the ClickHouse tables' columns, RowBinary and JSONEachRow.
 //! - [`clickhouse`]: the HTTP interface.
+//! - [`tls`]: HTTPS: roots, a CA file, a client certificate.
 //! - [`cluster`]: inserting through the Distributed tables, and asking
 //!   every replica what landed.
 //! - [`worker`]: the protocol, per file and table.
 //! - [`walroom`]: reads held while a shard's WAL waits to start over.
 //! - [`status`]: what `eventctl export status` and the metrics show.
 //! - [`init`]: the schema `eventctl export init` creates.
+//! - [`statements`]: the text of every statement sent, from plain values;
+//!   [`catalogue`]: all of them with sample values (`eventctl export sql`).
 //! - [`password`]: `ExportPasswordFile`, read without waiting on it.
 //! - [`redact`]: the password kept out of every text the export shows.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
 //!   fleet.
 
+pub mod catalogue;
 pub mod clickhouse;
 pub mod cluster;
 pub mod fleet;
@@ -33,7 +37,9 @@ pub mod password;
 pub mod redact;
 pub mod source;
 pub mod state;
+pub mod statements;
 pub mod status;
+pub mod tls;
 pub mod walroom;
 pub mod worker;
 
@@ -66,6 +72,10 @@ pub struct ExportSettings {
     pub user: Option<String>,
     /// `ExportPasswordFile` (live; read again every few seconds).
     pub password_file: Option<PathBuf>,
+    /// `ExportCAFile`, `ExportCertFile`, `ExportKeyFile` (live; read again
+    /// with the password file).
+    #[serde(flatten)]
+    pub tls: tls::TlsFiles,
 }
 
 /// How the stage runs (internal sizes, set by tests and the load harness).
@@ -275,7 +285,13 @@ mod tests {
         let instance = source::ShardSource::open(&path).unwrap().instance;
         let mut state = state::ExportState::open(&state_path).unwrap();
         state
-            .advance(&instance, state::Table::Events, "shard-000.db", 40)
+            .advance(
+                &instance,
+                state::Table::Events,
+                "shard-000.db",
+                40,
+                state::Counts::default(),
+            )
             .unwrap();
         drop(state);
         let before = crate::rings::now_ns();

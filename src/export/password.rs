@@ -37,52 +37,81 @@ fn kind(t: std::fs::FileType) -> &'static str {
 /// of at most [`PASSWORD_FILE_BYTES_MAX`] bytes, in UTF-8, not readable by
 /// every local user.
 pub fn read_password_file(path: &Path) -> Result<String, String> {
-    let named = |e: std::io::Error| format!("ExportPasswordFile {}: {e}", path.display());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(named)?;
-    // fstat: the file opened, not whatever the path names by now.
-    let meta = file.metadata().map_err(named)?;
-    if !meta.file_type().is_file() {
-        return Err(format!(
-            "ExportPasswordFile {} is not a regular file ({}); put the password on the first \
-             line of a regular file",
-            path.display(),
-            kind(meta.file_type())
-        ));
-    }
-    if meta.mode() & 0o004 != 0 {
-        return Err(format!(
-            "ExportPasswordFile {} is readable by every local user (mode {:o}); \
-             chmod o-r it",
-            path.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    let too_big = || {
-        format!(
-            "ExportPasswordFile {} is larger than {PASSWORD_FILE_BYTES_MAX} bytes; it holds \
-             the password on its first line and nothing else",
-            path.display()
-        )
+    let guard = Guard {
+        key: "ExportPasswordFile",
+        holds: "the password on its first line",
+        max_bytes: PASSWORD_FILE_BYTES_MAX,
+        secret: true,
     };
-    if meta.len() > PASSWORD_FILE_BYTES_MAX {
-        return Err(too_big());
-    }
-    // The file may have grown since the fstat: read one byte past the
-    // limit, no more.
-    let mut bytes = Vec::new();
-    file.take(PASSWORD_FILE_BYTES_MAX + 1)
-        .read_to_end(&mut bytes)
-        .map_err(named)?;
-    if bytes.len() as u64 > PASSWORD_FILE_BYTES_MAX {
-        return Err(too_big());
-    }
+    let bytes = guard.read(path)?;
     let text = String::from_utf8(bytes)
         .map_err(|_| format!("ExportPasswordFile {} is not UTF-8 text", path.display()))?;
     Ok(text.lines().next().unwrap_or("").to_string())
+}
+
+/// How a small file named by a key is read: the password file, and the
+/// TLS files (`tls.rs`).
+pub struct Guard {
+    /// The configuration key that names the file (for messages).
+    pub key: &'static str,
+    /// What the file holds, for messages: "the password on its first line".
+    pub holds: &'static str,
+    /// The largest file taken.
+    pub max_bytes: u64,
+    /// A secret: refused when every local user may read it.
+    pub secret: bool,
+}
+
+impl Guard {
+    /// The bytes of `path`, which must be a regular file of at most
+    /// `max_bytes` bytes (and, for a secret, without the "other" read bit).
+    pub fn read(&self, path: &Path) -> Result<Vec<u8>, String> {
+        let key = self.key;
+        let named = |e: std::io::Error| format!("{key} {}: {e}", path.display());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(named)?;
+        // fstat: the file opened, not whatever the path names by now.
+        let meta = file.metadata().map_err(named)?;
+        if !meta.file_type().is_file() {
+            return Err(format!(
+                "{key} {} is not a regular file ({}); put {} in a regular file",
+                path.display(),
+                kind(meta.file_type()),
+                self.holds
+            ));
+        }
+        if self.secret && meta.mode() & 0o004 != 0 {
+            return Err(format!(
+                "{key} {} is readable by every local user (mode {:o}); chmod o-r it",
+                path.display(),
+                meta.mode() & 0o7777
+            ));
+        }
+        let too_big = || {
+            format!(
+                "{key} {} is larger than {} bytes; it holds {} and nothing else",
+                path.display(),
+                self.max_bytes,
+                self.holds
+            )
+        };
+        if meta.len() > self.max_bytes {
+            return Err(too_big());
+        }
+        // The file may have grown since the fstat: read one byte past the
+        // limit, no more.
+        let mut bytes = Vec::new();
+        file.take(self.max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(named)?;
+        if bytes.len() as u64 > self.max_bytes {
+            return Err(too_big());
+        }
+        Ok(bytes)
+    }
 }
 
 #[cfg(test)]

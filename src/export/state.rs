@@ -88,10 +88,35 @@ const SCHEMA: &str = "
         through INTEGER NOT NULL,         -- the cursor when the file was found behind it
         PRIMARY KEY (instance, tbl)
     );
+    CREATE TABLE IF NOT EXISTS counters (
+        instance TEXT NOT NULL,           -- what the batches met, since the
+        tbl TEXT NOT NULL,                -- file was first exported
+        batches_sent INTEGER NOT NULL DEFAULT 0,
+        rows_sent INTEGER NOT NULL DEFAULT 0,
+        batches_deduplicated INTEGER NOT NULL DEFAULT 0,
+        batches_resent INTEGER NOT NULL DEFAULT 0,
+        rows_resent INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (instance, tbl)
+    );
     CREATE TABLE IF NOT EXISTS recheck (
         one INTEGER PRIMARY KEY CHECK (one = 1),
         before INTEGER NOT NULL           -- rows older than this (ns) are checked by identity
     );";
+
+/// What the batches of one (instance, table) met: kept in the state
+/// database with the cursor, so that they count from the file's first
+/// export, not from eventd's start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Accepted on their first send.
+    pub batches_sent: u64,
+    pub rows_sent: u64,
+    /// Not confirmed, then found in the cluster whole.
+    pub batches_deduplicated: u64,
+    /// Found short after a failure; their missing rows sent.
+    pub batches_resent: u64,
+    pub rows_resent: u64,
+}
 
 /// One connection to the state database (each export worker has its own;
 /// they write different rows).
@@ -264,16 +289,61 @@ impl ExportState {
         Ok(())
     }
 
+    /// What `instance`'s `table` batches met so far (zeros if never seen).
+    pub fn counts(&self, instance: &str, table: Table) -> Result<Counts, StateError> {
+        self.conn
+            .query_row(
+                "SELECT batches_sent, rows_sent, batches_deduplicated, batches_resent, \
+                 rows_resent FROM counters WHERE instance = ?1 AND tbl = ?2",
+                params![instance, table.name()],
+                |r| {
+                    Ok(Counts {
+                        batches_sent: r.get::<_, i64>(0)? as u64,
+                        rows_sent: r.get::<_, i64>(1)? as u64,
+                        batches_deduplicated: r.get::<_, i64>(2)? as u64,
+                        batches_resent: r.get::<_, i64>(3)? as u64,
+                        rows_resent: r.get::<_, i64>(4)? as u64,
+                    })
+                },
+            )
+            .optional()
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.err(e))
+    }
+
     /// Every row through `through` is in the cluster: moves the cursor
-    /// (never back) and forgets the intent, in one transaction.
+    /// (never back), forgets the intent and adds `counted` to the
+    /// counters, in one transaction.
     pub fn advance(
         &mut self,
         instance: &str,
         table: Table,
         file: &str,
         through: i64,
+        counted: Counts,
     ) -> Result<(), StateError> {
         self.in_transaction(|tx| {
+            if counted != Counts::default() {
+                tx.execute(
+                    "INSERT INTO counters (instance, tbl, batches_sent, rows_sent, \
+                     batches_deduplicated, batches_resent, rows_resent) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (instance, tbl) DO UPDATE SET \
+                     batches_sent = batches_sent + excluded.batches_sent, \
+                     rows_sent = rows_sent + excluded.rows_sent, \
+                     batches_deduplicated = batches_deduplicated + excluded.batches_deduplicated, \
+                     batches_resent = batches_resent + excluded.batches_resent, \
+                     rows_resent = rows_resent + excluded.rows_resent",
+                    params![
+                        instance,
+                        table.name(),
+                        counted.batches_sent as i64,
+                        counted.rows_sent as i64,
+                        counted.batches_deduplicated as i64,
+                        counted.batches_resent as i64,
+                        counted.rows_resent as i64
+                    ],
+                )?;
+            }
             tx.execute(
                 "INSERT INTO cursors (instance, tbl, file, exported_through) \
                  VALUES (?1, ?2, ?3, ?4) ON CONFLICT (instance, tbl) DO UPDATE SET \
@@ -340,11 +410,24 @@ mod tests {
         let p = s.position("a1", Table::Events).unwrap();
         assert_eq!(p.pending, Some(intent));
         assert_eq!(s.position("a1", Table::Gaps).unwrap().pending, None);
-        s.advance("a1", Table::Events, "shard-000.db", 500).unwrap();
+        let sent = Counts {
+            batches_sent: 1,
+            rows_sent: 500,
+            ..Counts::default()
+        };
+        s.advance("a1", Table::Events, "shard-000.db", 500, sent)
+            .unwrap();
         let p = s.position("a1", Table::Events).unwrap();
         assert_eq!((p.exported_through, p.pending), (500, None));
         // Never back.
-        s.advance("a1", Table::Events, "shard-000.db", 20).unwrap();
+        s.advance("a1", Table::Events, "shard-000.db", 20, sent)
+            .unwrap();
+        drop(s);
+        // The counters add up and outlive the connection.
+        let s = ExportState::open(&path).unwrap();
+        let c = s.counts("a1", Table::Events).unwrap();
+        assert_eq!((c.batches_sent, c.rows_sent), (2, 1000));
+        assert_eq!(s.counts("a1", Table::Gaps).unwrap(), Counts::default());
         assert_eq!(
             s.position("a1", Table::Events).unwrap().exported_through,
             500

@@ -67,12 +67,23 @@ impl SourceStatus {
     }
 }
 
-/// What the cluster said about itself.
+/// What the cluster (or the single server) said about itself.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ClusterStatus {
     pub version: String,
+    /// `single` (one server's MergeTree tables) or `cluster` (Distributed).
+    #[serde(default)]
+    pub layout: String,
+    /// The cluster's name ("" for a single server).
     pub cluster: String,
+    /// Replicas of every shard (0 for a single server).
     pub replicas: usize,
+    /// The shard this host's rows go to, from 1, and how many replicas it
+    /// has: the ones its checks wait for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
+    #[serde(default)]
+    pub shard_replicas: usize,
     /// Resends also carry `insert_deduplication_token` (22.2 and later).
     pub dedup_token: bool,
 }

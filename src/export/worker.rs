@@ -28,7 +28,7 @@
 use super::cluster::{Cluster, ClusterError};
 use super::format::Format;
 use super::source::{Batch, Encoding, Identity, ShardSource, SourceError};
-use super::state::{ExportState, Intent, StateError, Table};
+use super::state::{Counts, ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
 use super::walroom::WalRoom;
 use super::ExportSettings;
@@ -108,7 +108,26 @@ struct Source {
     prefetched: [Option<Prefetched>; 2],
     /// Whether its WAL needs a moment without readers.
     wal: WalRoom,
+    /// The failures since the last success (for the log: once per outage).
+    outage: Outage,
 }
+
+/// A run of failed steps of one file, from the first failure to the next
+/// success: what the log says once at each end instead of at every retry.
+#[derive(Debug, Default)]
+struct Outage {
+    /// When the first failure was (None: no outage).
+    since: Option<Instant>,
+    failures: u64,
+    /// Resends of missing rows tried (each failed but maybe the last).
+    resends: u64,
+    /// The errors logged in this outage: each is said once.
+    said: Vec<String>,
+}
+
+/// The most distinct errors one outage logs (the status always shows the
+/// last one).
+const OUTAGE_ERRORS_SAID: usize = 8;
 
 /// A batch read ahead: the rows after `after`, at most `batch_rows` of
 /// them (always that many: only a full batch is read ahead), and their
@@ -150,7 +169,7 @@ pub struct ExportWorker {
     /// Files that cannot be exported, by path, with why (said once).
     refused: BTreeMap<PathBuf, String>,
     last_scan: Option<Instant>,
-    credentials: (Option<String>, Option<String>),
+    credentials: Credentials,
     /// Why the configured credentials cannot be used, while none ever
     /// could: nothing is sent then.
     unusable: Option<String>,
@@ -204,10 +223,11 @@ impl ExportWorker {
         let state = ExportState::open(&parts.state_path)?;
         // Without usable credentials nothing is sent (not even as the
         // server's default user) until the file is fixed.
-        let (credentials, unusable) = match read_credentials(&parts.settings) {
-            Ok(c) => (c, None),
-            Err(why) => ((None, None), Some(why)),
-        };
+        let (credentials, unusable) =
+            match read_credentials(&parts.settings, &Credentials::default()) {
+                Ok(c) => (c, None),
+                Err(why) => (Credentials::default(), Some(why)),
+            };
         let cluster = make_cluster(&parts, &credentials);
         let ctx = Ctx {
             host: parts.host.clone(),
@@ -234,7 +254,7 @@ impl ExportWorker {
     /// Sends until stopped.
     pub fn run(mut self) -> Result<(), StateError> {
         if let Some(why) = self.unusable.clone() {
-            self.say_once(PathBuf::from("ExportPasswordFile"), why);
+            self.say_once(PathBuf::from(CREDENTIALS), why);
         }
         self.apply_nice(self.parts.settings.nice);
         while !self.parts.stop.is_stopped() {
@@ -272,15 +292,16 @@ impl ExportWorker {
         self.apply_nice(settings.nice);
         if settings.user != self.parts.settings.user
             || settings.password_file != self.parts.settings.password_file
+            || settings.tls != self.parts.settings.tls
             || self.last_scan.is_none_or(|t| t.elapsed() >= SCAN_INTERVAL)
         {
             self.parts.settings = settings;
-            match read_credentials(&self.parts.settings) {
+            match read_credentials(&self.parts.settings, &self.credentials) {
                 Ok(c) if c != self.credentials || self.unusable.is_some() => {
                     self.ctx.cluster = make_cluster(&self.parts, &c);
                     self.credentials = c;
                     self.unusable = None;
-                    self.refused.remove(Path::new("ExportPasswordFile"));
+                    self.refused.remove(Path::new(CREDENTIALS));
                     tracing::info!("export credentials changed; they apply to the next batch");
                 }
                 Ok(_) => {}
@@ -289,7 +310,7 @@ impl ExportWorker {
                     if self.unusable.is_some() {
                         self.unusable = Some(e.clone());
                     }
-                    self.say_once(PathBuf::from("ExportPasswordFile"), e)
+                    self.say_once(PathBuf::from(CREDENTIALS), e)
                 }
             }
         }
@@ -389,9 +410,24 @@ impl ExportWorker {
             }
         }
         self.ctx.floors.set(&shard.path, floor);
+        // The counters count from the file's first export, not this start.
+        let counts = Table::ALL.map(|t| {
+            self.ctx
+                .state
+                .counts(&shard.instance, t)
+                .unwrap_or_default()
+        });
         self.ctx.status.update(&shard.instance, |s| {
             s.file = shard.file.clone();
             s.state = "starting".to_string();
+            for (table, c) in Table::ALL.into_iter().zip(counts) {
+                let st = s.stream(table);
+                st.batches_sent = c.batches_sent;
+                st.rows_sent = c.rows_sent;
+                st.batches_deduplicated = c.batches_deduplicated;
+                st.batches_resent = c.batches_resent;
+                st.rows_resent = c.rows_resent;
+            }
         });
         tracing::info!(shard = %shard.path.display(), instance = %shard.instance, "export: file taken");
         let wal = WalRoom::new(&shard.path, crate::store::schema::WAL_LIMIT_BYTES as u64);
@@ -405,6 +441,7 @@ impl ExportWorker {
                 next_try: Instant::now(),
                 backoff: BACKOFF_MIN,
                 prefetched: [None, None],
+                outage: Outage::default(),
             },
         );
     }
@@ -438,8 +475,15 @@ impl ExportWorker {
         if let Some(t) = self.ctx.cluster.known_topology() {
             self.ctx.status.set_cluster(Some(ClusterStatus {
                 version: t.version.clone(),
+                layout: match t.layout {
+                    super::statements::Layout::Single => "single",
+                    super::statements::Layout::Cluster => "cluster",
+                }
+                .to_string(),
                 cluster: t.cluster.clone(),
                 replicas: t.replicas.len(),
+                shard: t.home.as_ref().map(|(n, _)| *n),
+                shard_replicas: t.holders().len(),
                 dedup_token: t.dedup_token,
             }));
         }
@@ -447,30 +491,75 @@ impl ExportWorker {
     }
 }
 
-fn make_cluster(parts: &WorkerParts, credentials: &(Option<String>, Option<String>)) -> Cluster {
-    let endpoint = super::clickhouse::Endpoint {
-        url: parts.settings.url.clone(),
-        user: credentials.0.clone(),
-        password: credentials.1.clone(),
-    };
-    let client = super::clickhouse::Client::new(endpoint, parts.timeout);
-    Cluster::new(client, &parts.settings.database, parts.timeout)
+/// What `say_once` files a credentials problem under.
+const CREDENTIALS: &str = "credentials";
+
+/// Who eventd is at the cluster: ExportUser, the password in
+/// ExportPasswordFile (its first line), and for an https:// URL the TLS
+/// files as read and the client configuration made of them.
+#[derive(Debug, Clone, Default)]
+struct Credentials {
+    user: Option<String>,
+    password: Option<String>,
+    tls_files: super::tls::TlsMaterial,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
-/// ExportUser and the password in ExportPasswordFile (its first line).
-fn read_credentials(s: &ExportSettings) -> Result<(Option<String>, Option<String>), String> {
+impl PartialEq for Credentials {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.user, &self.password, &self.tls_files)
+            == (&other.user, &other.password, &other.tls_files)
+            && self.tls.is_some() == other.tls.is_some()
+    }
+}
+
+fn make_cluster(parts: &WorkerParts, credentials: &Credentials) -> Cluster {
+    let endpoint = super::clickhouse::Endpoint {
+        url: parts.settings.url.clone(),
+        user: credentials.user.clone(),
+        password: credentials.password.clone(),
+        tls: credentials.tls.clone(),
+    };
+    let client = super::clickhouse::Client::new(endpoint, parts.timeout);
+    Cluster::new(client, &parts.settings.database, &parts.host, parts.timeout)
+}
+
+/// The credentials the settings name, read now; the TLS configuration is
+/// made again only when its files changed since `previous`.
+fn read_credentials(s: &ExportSettings, previous: &Credentials) -> Result<Credentials, String> {
     let password = match &s.password_file {
         None => None,
         Some(path) => Some(super::read_password_file(path)?),
     };
-    Ok((s.user.clone(), password))
+    let (tls_files, tls) = if !super::tls::is_https(&s.url) {
+        Default::default()
+    } else {
+        let files = s.tls.read()?;
+        match &previous.tls {
+            Some(config) if files == previous.tls_files => (files, Some(config.clone())),
+            _ => {
+                let config = super::tls::client_config(&files)?;
+                (files, Some(config))
+            }
+        }
+    };
+    Ok(Credentials {
+        user: s.user.clone(),
+        password,
+        tls_files,
+        tls,
+    })
 }
 
 /// A round of `source` without a failure; `busy` if it sent or settled.
+/// The end of an outage is said once, with what it cost.
 fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
-    if source.backoff > BACKOFF_MIN {
-        tracing::info!(shard = %source.shard.path.display(), "export: sending again");
+    if let Some(since) = source.outage.since {
+        tracing::info!(shard = %source.shard.path.display(),
+            failed_tries = source.outage.failures, resends_tried = source.outage.resends,
+            outage = ?since.elapsed(), "export: sending again");
     }
+    source.outage = Outage::default();
     source.backoff = BACKOFF_MIN;
     let waiting = source.waiting.iter().any(Option::is_some);
     ctx.status.update(&source.shard.instance, |s| {
@@ -479,22 +568,26 @@ fn succeeded(ctx: &Ctx, source: &mut Source, busy: bool) {
     });
 }
 
+/// A failed step: the file backs off. Each error is logged the first time
+/// an outage meets it; repeats are counted (the status shows the last
+/// error, and [`succeeded`] says how many failures there were).
 fn backed_off(ctx: &mut Ctx, source: &mut Source, e: &StepError) {
     // What the cluster said is masked and escaped where it was read (the
     // client); this also covers the rest (a layout read off the server).
     let message = ctx.cluster.client().shown(&e.to_string());
-    let first =
-        ctx.status.report().shards.iter().all(|s| {
-            s.instance != source.shard.instance || s.last_error.as_deref() != Some(&message)
-        });
-    if first {
+    source.outage.since.get_or_insert_with(Instant::now);
+    let said = &mut source.outage.said;
+    if !said.contains(&message) && said.len() < OUTAGE_ERRORS_SAID {
+        said.push(message.clone());
         tracing::warn!(
             shard = %source.shard.path.display(),
             error = %message,
             retry_in = ?source.backoff,
-            "export: batch not sent; the cursor stays and the batch is checked before any resend"
+            "export: batch not sent; the cursor stays and the batch is checked before any \
+             resend (each error said once until it works again)"
         );
     }
+    source.outage.failures += 1;
     ctx.status.update(&source.shard.instance, |s| {
         s.failures += 1;
         s.state = "retrying".to_string();
@@ -563,7 +656,7 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
     });
     let check = recheck(ctx, &rows, position.rolled_back_through);
     if !check.is_empty() {
-        let present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+        let present = ctx.cluster.present_by_identity(table, &check)?;
         if !present.is_empty() {
             tracing::info!(shard = %source.shard.path.display(), table = table.name(),
                 lo = intent.lo, hi, rows = present.len(),
@@ -578,17 +671,17 @@ fn step(ctx: &mut Ctx, source: &mut Source, table: Table) -> Result<bool, StepEr
         let ahead = send_reading_ahead(ctx, source, table, &rows, read_ahead.then_some(hi))?;
         source.prefetched[slot(table)] = ahead;
     }
-    advance(ctx, &source.shard, table, hi)?;
+    let sent = Counts {
+        batches_sent: 1,
+        rows_sent: rows.len() as u64,
+        ..Counts::default()
+    };
+    advance(ctx, &source.shard, table, hi, sent)?;
     // Rows left over have waited since then already: their batch goes once
     // the interval is up, not a whole interval later.
     if newest <= hi {
         source.waiting[slot(table)] = None;
     }
-    ctx.status.update(&instance, |s| {
-        let st = s.stream(table);
-        st.batches_sent += 1;
-        st.rows_sent += rows.len() as u64;
-    });
     Ok(true)
 }
 
@@ -749,9 +842,25 @@ fn query_prefix(host: &str, instance: &str, table: Table) -> String {
     format!("eventd:{host}:{instance}:{}:", table.name())
 }
 
-/// The cursor to `hi`, the intent gone; retention learns it.
-fn advance(ctx: &mut Ctx, shard: &ShardSource, table: Table, hi: i64) -> Result<(), StepError> {
-    ctx.state.advance(&shard.instance, table, &shard.file, hi)?;
+/// The cursor to `hi`, the intent gone, `counted` added to the counters
+/// (in the state database and the status); retention learns the cursor.
+fn advance(
+    ctx: &mut Ctx,
+    shard: &ShardSource,
+    table: Table,
+    hi: i64,
+    counted: Counts,
+) -> Result<(), StepError> {
+    ctx.state
+        .advance(&shard.instance, table, &shard.file, hi, counted)?;
+    ctx.status.update(&shard.instance, |s| {
+        let st = s.stream(table);
+        st.batches_sent += counted.batches_sent;
+        st.rows_sent += counted.rows_sent;
+        st.batches_deduplicated += counted.batches_deduplicated;
+        st.batches_resent += counted.batches_resent;
+        st.rows_resent += counted.rows_resent;
+    });
     let mut floor = ctx.floors.get(&shard.path);
     match table {
         Table::Events => floor.events = floor.events.max(hi),
@@ -815,16 +924,16 @@ fn settle_chunk(
     let shard = &source.shard;
     let Some(times) = rows.time_range() else {
         // Nothing left of the range (retention deleted it, counted).
-        return advance(ctx, shard, table, hi);
+        return advance(ctx, shard, table, hi, Counts::default());
     };
     // Rows that may be in the cluster under other ids are looked for by
     // identity, the others by their file and id.
     let check = recheck(ctx, &rows, rolled);
-    let mut present = ctx.cluster.present_by_identity(table, &ctx.host, &check)?;
+    let mut present = ctx.cluster.present_by_identity(table, &check)?;
     if check.len() < rows.len() {
         let by_id = ctx
             .cluster
-            .present(table, &ctx.host, &shard.instance, (lo, hi), times)?;
+            .present(table, &shard.instance, (lo, hi), times)?;
         let checked: BTreeSet<i64> = check.iter().map(|(id, _, _)| *id).collect();
         present.extend(by_id.into_iter().filter(|id| !checked.contains(id)));
     }
@@ -834,22 +943,32 @@ fn settle_chunk(
         tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
             "export: a batch whose send was not confirmed is in the cluster: not resent");
     } else {
-        tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
-            missing = rows.len(), of = had, "export: resending the rows the cluster does not hold");
+        // Said once per outage: while sends keep failing, every retry
+        // finds the same rows missing (`succeeded` counts them at the end).
+        if source.outage.resends == 0 {
+            tracing::info!(shard = %shard.path.display(), table = table.name(), lo, hi,
+                missing = rows.len(), of = had,
+                "export: resending the rows the cluster does not hold");
+        }
+        source.outage.resends += 1;
         send(ctx, shard, table, &rows)?;
     }
-    advance(ctx, shard, table, hi)?;
     let resent = rows.len() as u64;
-    ctx.status.update(&shard.instance, |s| {
-        let st = s.stream(table);
-        st.pending = None;
-        if resent == 0 {
-            st.batches_deduplicated += 1;
-        } else {
-            st.batches_resent += 1;
-            st.rows_resent += resent;
+    let counted = if resent == 0 {
+        Counts {
+            batches_deduplicated: 1,
+            ..Counts::default()
         }
-    });
+    } else {
+        Counts {
+            batches_resent: 1,
+            rows_resent: resent,
+            ..Counts::default()
+        }
+    };
+    advance(ctx, shard, table, hi, counted)?;
+    ctx.status
+        .update(&shard.instance, |s| s.stream(table).pending = None);
     Ok(())
 }
 
@@ -884,7 +1003,7 @@ fn reconcile(
     let instance = source.shard.instance.clone();
     if let Some(highest) = ctx
         .cluster
-        .highest_after(table, &ctx.host, &instance, through, since)?
+        .highest_after(table, &instance, through, since)?
     {
         tracing::warn!(shard = %source.shard.path.display(), table = table.name(), through, highest,
             "export: the cluster holds rows past the recorded cursor; checking them");

@@ -73,6 +73,21 @@ pub struct Options {
     /// Users besides `default` (which has no password), each with a
     /// profile of its own.
     pub users: Vec<User>,
+    /// Each server also answers HTTPS (`<https_port>`, see
+    /// [`Cluster::https_port`]) with this certificate.
+    pub https: Option<Https>,
+}
+
+/// A server certificate for `<https_port>`, and optionally the CA whose
+/// client certificates the server then demands (`verificationMode` strict;
+/// without it, clients need none).
+#[derive(Clone, Debug)]
+pub struct Https {
+    /// PEM: the server's certificate (chain).
+    pub cert: PathBuf,
+    /// PEM: its private key.
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A ClickHouse user of the test servers.
@@ -105,6 +120,7 @@ impl Default for Options {
             keep_dir: std::env::var("EVENTD_CLUSTER_KEEP").is_ok_and(|v| v == "1"),
             die_with_parent: true,
             users: Vec::new(),
+            https: None,
         }
     }
 }
@@ -739,6 +755,7 @@ struct Node {
     http: u16,
     tcp: u16,
     interserver: u16,
+    https: u16,
     proc: Proc,
 }
 
@@ -762,6 +779,9 @@ pub struct Cluster {
     replicas: usize,
     zk_port: u16,
     zk: Proc,
+    /// One server without ZooKeeper or `<remote_servers>`: see
+    /// [`Cluster::start_single`].
+    single: bool,
     nodes: Vec<Node>,
     /// The locks that keep this cluster's ports its own (see `free_ports`).
     _port_locks: Vec<std::fs::File>,
@@ -787,11 +807,36 @@ impl Cluster {
     /// [`Cluster::start`] without the panic. Three tries, each with new
     /// ports and a new directory.
     pub fn try_start(shards: usize, replicas: usize, opts: Options) -> Result<Cluster, String> {
+        Self::try_start_as(shards, replicas, false, opts)
+    }
+
+    /// One server as most people run it: no ZooKeeper, no macros, no
+    /// `<remote_servers>` of eventd's (the server's own configuration
+    /// here, nothing of `packaging/clickhouse/cluster.xml`). It is shard 1,
+    /// replica 1. Panics if it does not start.
+    pub fn start_single(opts: Options) -> Cluster {
+        match Self::try_start_single(opts) {
+            Ok(c) => c,
+            Err(e) => panic!("server did not start: {e}"),
+        }
+    }
+
+    /// [`Cluster::start_single`] without the panic.
+    pub fn try_start_single(opts: Options) -> Result<Cluster, String> {
+        Self::try_start_as(1, 1, true, opts)
+    }
+
+    fn try_start_as(
+        shards: usize,
+        replicas: usize,
+        single: bool,
+        opts: Options,
+    ) -> Result<Cluster, String> {
         assert!(shards >= 1 && replicas >= 1);
         let bins = Binaries::find()?;
         let mut last = String::new();
         for _ in 0..3 {
-            match Self::start_once(&bins, shards, replicas, &opts) {
+            match Self::start_once(&bins, shards, replicas, single, &opts) {
                 Ok(c) => return Ok(c),
                 Err(e) => {
                     // The half-started cluster was dropped; try new ports.
@@ -807,6 +852,7 @@ impl Cluster {
         bins: &Binaries,
         shards: usize,
         replicas: usize,
+        single: bool,
         opts: &Options,
     ) -> Result<Cluster, String> {
         let dir = tempfile::Builder::new()
@@ -815,7 +861,7 @@ impl Cluster {
             .map_err(|e| e.to_string())?;
         let root = dir.path().to_path_buf();
         let n = shards * replicas;
-        let (ports, port_locks): (Vec<u16>, Vec<std::fs::File>) = free_ports(1 + 3 * n)
+        let (ports, port_locks): (Vec<u16>, Vec<std::fs::File>) = free_ports(1 + 4 * n)
             .map_err(|e| e.to_string())?
             .into_iter()
             .unzip();
@@ -827,9 +873,10 @@ impl Cluster {
                     shard: s,
                     replica: r,
                     dir: root.join(format!("s{s}r{r}")),
-                    http: ports[1 + 3 * i],
-                    tcp: ports[2 + 3 * i],
-                    interserver: ports[3 + 3 * i],
+                    http: ports[1 + 4 * i],
+                    tcp: ports[2 + 4 * i],
+                    interserver: ports[3 + 4 * i],
+                    https: ports[4 + 4 * i],
                     proc: Proc::down(),
                 });
             }
@@ -843,6 +890,7 @@ impl Cluster {
             replicas,
             zk_port: ports[0],
             zk: Proc::down(),
+            single,
             nodes,
             _port_locks: port_locks,
         };
@@ -850,7 +898,9 @@ impl Cluster {
         for i in 0..c.nodes.len() {
             c.write_node_config(i).map_err(|e| e.to_string())?;
         }
-        c.start_zookeeper_only()?;
+        if !single {
+            c.start_zookeeper_only()?;
+        }
         for i in 0..c.nodes.len() {
             c.spawn_node(i)?;
         }
@@ -926,6 +976,26 @@ impl Cluster {
             ));
         }
         let p = |sub: &str| d.join(sub).display().to_string() + "/";
+        let https = match &self.opts.https {
+            None => String::new(),
+            Some(h) => format!(
+                "<https_port>{port}</https_port>\n  <openSSL><server>\
+                 <certificateFile>{cert}</certificateFile>\
+                 <privateKeyFile>{key}</privateKeyFile>{verify}\
+                 <loadDefaultCAFile>false</loadDefaultCAFile>\
+                 <disableProtocols>sslv2,sslv3</disableProtocols></server></openSSL>",
+                port = node.https,
+                cert = h.cert.display(),
+                key = h.key.display(),
+                verify = match &h.client_ca {
+                    Some(ca) => format!(
+                        "<verificationMode>strict</verificationMode><caConfig>{}</caConfig>",
+                        ca.display()
+                    ),
+                    None => "<verificationMode>none</verificationMode>".to_string(),
+                }
+            ),
+        };
         let config = format!(
             r#"<?xml version="1.0"?>
 <yandex>
@@ -939,6 +1009,7 @@ impl Cluster {
   <display_name>{name}</display_name>
   <listen_host>127.0.0.1</listen_host>
   <http_port>{http}</http_port>
+  {https}
   <tcp_port>{tcp}</tcp_port>
   <interserver_http_port>{inter}</interserver_http_port>
   <interserver_http_host>127.0.0.1</interserver_http_host>
@@ -970,8 +1041,12 @@ impl Cluster {
             users = d.join("users.xml").display(),
         );
         std::fs::write(d.join("config.xml"), config)?;
-        // The cluster's part: the file eventd ships, filled in.
+        // The cluster's part: the file eventd ships, filled in (a single
+        // server has none).
         std::fs::create_dir_all(d.join("config.d"))?;
+        if self.single {
+            return self.write_users(d);
+        }
         let cluster = CLUSTER_XML
             .replace(
                 "${ZOOKEEPER_NODES}",
@@ -989,6 +1064,11 @@ impl Cluster {
             .replace("${CLUSTER}", &self.opts.cluster_name)
             .replace("${SHARDS}", shards_xml.trim_end());
         std::fs::write(d.join("config.d/cluster.xml"), cluster)?;
+        self.write_users(d)
+    }
+
+    /// `users.xml`: `default` without a password, and `Options::users`.
+    fn write_users(&self, d: &Path) -> io::Result<()> {
         let profile = match self.opts.remote_timeout {
             Some(t) => format!(
                 "<receive_timeout>{s}</receive_timeout><send_timeout>{s}</send_timeout>",
@@ -1177,6 +1257,10 @@ impl Cluster {
     pub fn replicas(&self) -> usize {
         self.replicas
     }
+    /// One server without ZooKeeper or a cluster ([`Cluster::start_single`]).
+    pub fn is_single(&self) -> bool {
+        self.single
+    }
     /// The `<remote_servers>` name, for `ON CLUSTER` and `Distributed`.
     pub fn name(&self) -> &str {
         &self.opts.cluster_name
@@ -1191,6 +1275,10 @@ impl Cluster {
     /// `http://127.0.0.1:PORT` of one server.
     pub fn url(&self, shard: usize, replica: usize) -> String {
         self.nodes[self.index(shard, replica)].url()
+    }
+    /// The HTTPS port of one server (with `Options::https`).
+    pub fn https_port(&self, shard: usize, replica: usize) -> u16 {
+        self.nodes[self.index(shard, replica)].https
     }
     /// Every server's URL, shard by shard.
     pub fn urls(&self) -> Vec<String> {

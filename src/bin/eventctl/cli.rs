@@ -158,6 +158,18 @@ pub enum ExportCommand {
     Init(InitArgs),
     /// How far the export stage got, per shard file and table.
     Status(StatusArgs),
+    /// Every statement eventd sends to ClickHouse, with sample values, one
+    /// JSON object a line (for checking them against other versions).
+    #[command(hide = true)]
+    Sql(SqlArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SqlArgs {
+    #[arg(long, default_value = "eventd")]
+    pub database: String,
+    #[arg(long, default_value = "eventd")]
+    pub cluster: String,
 }
 
 /// Where ClickHouse is and who to be there; defaults from the
@@ -177,6 +189,11 @@ pub struct ClusterArgs {
     /// ExportPasswordFile).
     #[arg(long, value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+    /// For an https:// URL: PEM certificates to trust instead of the
+    /// system's roots (default: ExportCAFile). A client certificate comes
+    /// from ExportCertFile and ExportKeyFile.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -186,6 +203,17 @@ pub struct InitArgs {
     /// The cluster (remote_servers) the tables spread over.
     #[arg(long = "cluster", default_value = "eventd", value_name = "NAME")]
     pub cluster_name: String,
+    /// Which tables: `cluster` (Replicated and Distributed, ON CLUSTER) or
+    /// `single` (MergeTree on one server). Default: `cluster` when the
+    /// server has that cluster in system.clusters, else `single`.
+    #[arg(long, value_enum)]
+    pub schema: Option<SchemaArg>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum SchemaArg {
+    Cluster,
+    Single,
 }
 
 #[derive(clap::Args)]

@@ -10,7 +10,7 @@ use eventd::query::{Filter, Request};
 use std::io::Write;
 use std::time::Duration;
 
-use super::cli::{ClusterArgs, ExportCommand, InitArgs};
+use super::cli::{ClusterArgs, ExportCommand, InitArgs, SchemaArg, SqlArgs};
 use super::stdio::{say, Stdout};
 
 /// The client and database `args` (or the configuration) name.
@@ -48,10 +48,16 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
         Some(path) => Some(eventd::export::read_password_file(&path).map_err(anyhow::Error::msg)?),
         None => None,
     };
+    let mut tls_files = configured.map(|e| e.tls.clone()).unwrap_or_default();
+    if let Some(ca) = &args.ca_file {
+        tls_files.ca_file = Some(ca.clone());
+    }
+    let (tls, _) = eventd::export::tls::for_url(&url, &tls_files).map_err(anyhow::Error::msg)?;
     let endpoint = Endpoint {
         url,
         user,
         password,
+        tls,
     };
     Ok((Client::new(endpoint, Duration::from_secs(60)), database))
 }
@@ -60,6 +66,7 @@ pub fn run(settings: &Settings, command: ExportCommand) -> anyhow::Result<()> {
     let done = match command {
         ExportCommand::Init(args) => init(settings, &args),
         ExportCommand::Status(args) => status(settings, args.output),
+        ExportCommand::Sql(args) => statements(&args),
     };
     done.map_err(shown)
 }
@@ -72,11 +79,25 @@ fn shown(e: anyhow::Error) -> anyhow::Error {
 
 fn init(settings: &Settings, args: &InitArgs) -> anyhow::Result<()> {
     let (client, database) = connect(settings, &args.cluster)?;
-    let done = eventd::export::init::init(&client, &database, &args.cluster_name)
-        .with_context(|| format!("creating eventd's tables at {}", client.url()))?;
+    use eventd::export::init::Schema;
+    let schema = args.schema.map(|s| match s {
+        SchemaArg::Cluster => Schema::Cluster,
+        SchemaArg::Single => Schema::Single,
+    });
+    // ClickHouse's errors name the URL already.
+    let done = eventd::export::init::init(&client, &database, &args.cluster_name, schema)
+        .context("creating eventd's tables")?;
     let mut out = Stdout::lock();
     for line in done {
         writeln!(out, "{}", clean(&line))?;
+    }
+    Ok(out.flush()?)
+}
+
+fn statements(args: &SqlArgs) -> anyhow::Result<()> {
+    let mut out = Stdout::lock();
+    for sent in eventd::export::catalogue::catalogue(&args.database, &args.cluster) {
+        writeln!(out, "{}", serde_json::to_string(&sent)?)?;
     }
     Ok(out.flush()?)
 }
@@ -119,18 +140,33 @@ fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
         clean(&r.database)
     )?;
     if let Some(c) = &r.cluster {
-        writeln!(
-            out,
-            "cluster {} ({} replicas), ClickHouse {}{}",
-            clean(&c.cluster),
-            c.replicas,
-            clean(&c.version),
-            if c.dedup_token {
-                ", deduplication tokens"
-            } else {
-                ""
-            }
-        )?;
+        let tokens = if c.dedup_token {
+            ", deduplication tokens"
+        } else {
+            ""
+        };
+        if c.layout == "single" {
+            writeln!(
+                out,
+                "single server, ClickHouse {}{tokens}",
+                clean(&c.version)
+            )?;
+        } else {
+            let shard = match c.shard {
+                Some(n) => format!(
+                    "; this host's rows on shard {n} ({} replicas)",
+                    c.shard_replicas
+                ),
+                None => "; this host's rows on any shard".to_string(),
+            };
+            writeln!(
+                out,
+                "cluster {} ({} replicas){shard}, ClickHouse {}{tokens}",
+                clean(&c.cluster),
+                c.replicas,
+                clean(&c.version),
+            )?;
+        }
     }
     writeln!(
         out,
@@ -206,7 +242,7 @@ pub fn fleet_query(
                 keep_going(out.borrow_mut().gap_from(Some(host), g))
             },
         )
-        .with_context(|| format!("querying {}", client.url()))
+        .context("querying the fleet")
         .map_err(shown)?;
     if let Some(e) = failed.into_inner() {
         return Err(e.into());
@@ -236,9 +272,11 @@ mod tests {
             database: "eventd".to_string(),
             cluster: Some(ClusterStatus {
                 version: hostile.to_string(),
+                layout: "cluster".to_string(),
                 cluster: hostile.to_string(),
                 replicas: 1,
                 dedup_token: false,
+                ..ClusterStatus::default()
             }),
             shards: vec![SourceStatus {
                 file: "shard-000.db".to_string(),

@@ -140,6 +140,7 @@ fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
             database: q.database.clone(),
             user: None,
             password_file: None,
+            ca_file: None,
         };
         return export::fleet_query(
             settings,
