@@ -129,6 +129,7 @@ fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
         after: page.events,
         gaps_after: page.gaps,
         limit: q.limit,
+        ..Filter::default()
     })
 }
 
