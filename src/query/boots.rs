@@ -36,7 +36,11 @@ fn is_boot_id(id: &str) -> bool {
 /// digits in a string; without it, the marker's own time stands in.
 fn marker(e: &EventRow) -> Option<(String, i64)> {
     let fields: serde_json::Value = serde_json::from_str(e.fields.as_deref()?).ok()?;
-    let id = fields.get("boot_id")?.as_str()?.to_ascii_lowercase().replace('-', "");
+    let id = fields
+        .get("boot_id")?
+        .as_str()?
+        .to_ascii_lowercase()
+        .replace('-', "");
     if !is_boot_id(&id) {
         return None;
     }
@@ -82,10 +86,7 @@ impl BootSpec {
         }
         let (prefix, offset) = match t.find(['+', '-']) {
             Some(at) => {
-                let offset: i64 = t[at..]
-                    .trim_start_matches('+')
-                    .parse()
-                    .map_err(|_| bad())?;
+                let offset: i64 = t[at..].trim_start_matches('+').parse().map_err(|_| bad())?;
                 (&t[..at], offset)
             }
             None => (t, 0),
@@ -118,13 +119,14 @@ impl Boots {
     pub fn find(&self, spec: &BootSpec) -> Result<usize, String> {
         let n = self.0.len();
         if n == 0 {
-            return Err("no boot is recorded in the store (eventd stores a marker, provider \
+            return Err(
+                "no boot is recorded in the store (eventd stores a marker, provider \
                  eventd, name boot, at each start)"
-                .to_string());
+                    .to_string(),
+            );
         }
-        let out_of_range = |what: String| {
-            format!("{what}: the store records {n} boot(s) (see --list-boots)")
-        };
+        let out_of_range =
+            |what: String| format!("{what}: the store records {n} boot(s) (see --list-boots)");
         match spec {
             BootSpec::FromNewest(back) => (*back < n as u64)
                 .then(|| n - 1 - *back as usize)
@@ -138,7 +140,11 @@ impl Boots {
                     .collect();
                 let at = match matching[..] {
                     [one] => one,
-                    [] => return Err(format!("no boot id starts with {prefix:?} (see --list-boots)")),
+                    [] => {
+                        return Err(format!(
+                            "no boot id starts with {prefix:?} (see --list-boots)"
+                        ))
+                    }
                     _ => {
                         return Err(format!(
                             "{} boot ids start with {prefix:?}: give more of it",
@@ -194,11 +200,23 @@ mod tests {
 
     fn store() -> Boots {
         Boots::from_markers(&[
-            marker_event(150, &format!(r#"{{"boot_id":"{}","boot_time_ns":100}}"#, id('a'))),
+            marker_event(
+                150,
+                &format!(r#"{{"boot_id":"{}","boot_time_ns":100}}"#, id('a')),
+            ),
             // eventd started again in boot a.
-            marker_event(180, &format!(r#"{{"boot_id":"{}","boot_time_ns":"100"}}"#, id('a'))),
-            marker_event(350, &format!(r#"{{"boot_id":"{}","boot_time_ns":300}}"#, id('b'))),
-            marker_event(520, &format!(r#"{{"boot_id":"{}","boot_time_ns":500}}"#, id('c'))),
+            marker_event(
+                180,
+                &format!(r#"{{"boot_id":"{}","boot_time_ns":"100"}}"#, id('a')),
+            ),
+            marker_event(
+                350,
+                &format!(r#"{{"boot_id":"{}","boot_time_ns":300}}"#, id('b')),
+            ),
+            marker_event(
+                520,
+                &format!(r#"{{"boot_id":"{}","boot_time_ns":500}}"#, id('c')),
+            ),
             marker_event(600, r#"{"boot_id":"not-an-id","boot_time_ns":1}"#),
             marker_event(700, "not json"),
         ])
@@ -231,10 +249,19 @@ mod tests {
         for bad in ["-3", "4", "d", "a+5", "xyz", "a+x"] {
             assert!(find(bad).is_err(), "{bad}");
         }
-        assert!(Boots::default().find(&BootSpec::FromNewest(0)).unwrap_err().contains("no boot"));
+        assert!(Boots::default()
+            .find(&BootSpec::FromNewest(0))
+            .unwrap_err()
+            .contains("no boot"));
         let two = Boots(vec![
-            Boot { id: format!("ab{}", "0".repeat(30)), start_ns: 1 },
-            Boot { id: format!("ac{}", "0".repeat(30)), start_ns: 2 },
+            Boot {
+                id: format!("ab{}", "0".repeat(30)),
+                start_ns: 1,
+            },
+            Boot {
+                id: format!("ac{}", "0".repeat(30)),
+                start_ns: 2,
+            },
         ]);
         let e = two.find(&BootSpec::parse("a").unwrap()).unwrap_err();
         assert!(e.contains("2 boot ids start with \"a\""), "{e}");

@@ -233,7 +233,12 @@ impl Filter {
     /// Whether the filter can run: its `--grep` pattern compiles, its
     /// levels are levels. The message says what is wrong.
     pub fn check(&self) -> Result<(), String> {
-        if let Some(level) = self.level.into_iter().chain(self.level_min).find(|&l| l > 7) {
+        if let Some(level) = self
+            .level
+            .into_iter()
+            .chain(self.level_min)
+            .find(|&l| l > 7)
+        {
             return Err(format!("level {level}: levels are 0 (emerg) to 7 (debug)"));
         }
         if let Some(pattern) = &self.grep {
@@ -485,7 +490,13 @@ mod tests {
             (own, 6, "nginx", "own nginx", r#"{"unit":"nginx.service"}"#),
             (0, 6, "nginx", "forged nginx", r#"{"unit":"nginx.service"}"#),
             (own, 6, "web", "own web-1", r#"{"unit":"web-1.socket"}"#),
-            (own + 1, 3, "kernel", "kernel Disk error", r#"{"transport":"kernel"}"#),
+            (
+                own + 1,
+                3,
+                "kernel",
+                "kernel Disk error",
+                r#"{"transport":"kernel"}"#,
+            ),
             (2, 3, "kernel", "forged kernel", r#"{"transport":"kernel"}"#),
             (1, 4, "app", "warning DISK low", "{}"),
             (1, 2, "app", "crit disk gone", "not json"),
@@ -495,7 +506,17 @@ mod tests {
             conn.execute(
                 crate::store::rows::INSERT_EVENT,
                 rusqlite::params![
-                    k as i64, cpu, k as i64, 1i64, 1, 1, 0, level, provider, "n", message,
+                    k as i64,
+                    cpu,
+                    k as i64,
+                    1i64,
+                    1,
+                    1,
+                    0,
+                    level,
+                    provider,
+                    "n",
+                    message,
                     (!fields.is_empty()).then_some(*fields)
                 ],
             )
@@ -514,7 +535,10 @@ mod tests {
         };
         assert_eq!(select(units(&["nginx"])), ["own nginx"]);
         assert_eq!(select(units(&["web*"])), ["own web-1"]);
-        assert_eq!(select(units(&["nginx", "web-1.socket"])), ["own nginx", "own web-1"]);
+        assert_eq!(
+            select(units(&["nginx", "web-1.socket"])),
+            ["own nginx", "own web-1"]
+        );
         let kernel = Filter {
             kernel: true,
             ..Filter::default()
@@ -538,7 +562,10 @@ mod tests {
             ["kernel Disk error", "warning DISK low", "crit disk gone"]
         );
         assert_eq!(select(grep("DISK")), ["warning DISK low"]);
-        assert_eq!(select(grep("^(own|forged) n")), ["own nginx", "forged nginx"]);
+        assert_eq!(
+            select(grep("^(own|forged) n")),
+            ["own nginx", "forged nginx"]
+        );
         let providers = Filter {
             providers: vec!["web".into(), "other".into()],
             ..Filter::default()

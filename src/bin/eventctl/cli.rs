@@ -71,10 +71,10 @@ pub struct QueryArgs {
     /// Events at or after this time: "2026-12-04 13:00", "10 min ago",
     /// "-1h", today, yesterday, now, RFC 3339, or an age ("10m", "2h"). In
     /// local time unless --utc.
-    #[arg(short = 'S', long)]
+    #[arg(short = 'S', long, allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Events before this time (same forms as --since).
-    #[arg(short = 'U', long)]
+    #[arg(short = 'U', long, allow_hyphen_values = true)]
     pub until: Option<String>,
     #[arg(long)]
     pub cpu: Option<u32>,

@@ -303,9 +303,15 @@ fn list_boots(settings: &Settings, q: &QueryArgs, zone: &TimeZone) -> anyhow::Re
         return Ok(out.flush()?);
     }
     let shown = |t: &Option<i64>| {
-        t.map_or_else(|| "-".to_string(), |t| when::format(t, zone, when::Style::Day))
+        t.map_or_else(
+            || "-".to_string(),
+            |t| when::format(t, zone, when::Style::Day),
+        )
     };
-    writeln!(out, "IDX BOOT ID                          FIRST ENTRY                 LAST ENTRY")?;
+    writeln!(
+        out,
+        "IDX BOOT ID                          FIRST ENTRY                 LAST ENTRY"
+    )?;
     for (index, id, first, last) in &rows {
         writeln!(out, "{index:>3} {id} {} {}", shown(first), shown(last))?;
     }

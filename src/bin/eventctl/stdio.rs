@@ -19,7 +19,6 @@ impl Stdout {
     pub fn lock() -> Self {
         Stdout(io::stdout().lock())
     }
-
 }
 
 impl Write for Stdout {

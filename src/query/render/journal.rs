@@ -233,10 +233,7 @@ mod tests {
             render(Format::Short, Some("db02"), &event(None)),
             "Dec 04 13:00:01 db02 nginx[4242]: slow upstream\\u{1b}[2J\n"
         );
-        assert_eq!(
-            render(Format::Cat, None, &e),
-            "slow upstream\\u{1b}[2J\n"
-        );
+        assert_eq!(render(Format::Cat, None, &e), "slow upstream\\u{1b}[2J\n");
     }
 
     #[test]
@@ -253,7 +250,10 @@ mod tests {
         assert!(v.get("host").is_none());
         let v: serde_json::Value =
             serde_json::from_str(&render(Format::Json, Some("db02"), &e)).unwrap();
-        assert_eq!((v["hostname"].as_str(), v["host"].as_str()), (Some("db02"), Some("db02")));
+        assert_eq!(
+            (v["hostname"].as_str(), v["host"].as_str()),
+            (Some("db02"), Some("db02"))
+        );
         // No fields: an empty object; not JSON: the text beside it.
         let v: serde_json::Value =
             serde_json::from_str(&render(Format::Json, None, &event(None))).unwrap();
