@@ -225,3 +225,22 @@ fn credentials_in_export_url_are_refused_without_being_repeated() {
     let s = resolve("ExportUrl = \"http://10.0.0.5:8123/?database=x\"").unwrap();
     assert_eq!(s.export.unwrap().url, "http://10.0.0.5:8123/?database=x");
 }
+
+/// `eventctl config` shows durations as the file writes them, not as
+/// serde's `{"secs":..,"nanos":..}`.
+#[test]
+fn durations_are_reported_as_the_file_writes_them() {
+    for (written, shown) in [
+        ("7d", "7d"),
+        ("1w", "7d"),
+        ("36h", "36h"),
+        ("90m", "90m"),
+        ("1h 30s", "3630s"),
+    ] {
+        let s = resolve(&format!("RetentionMaxAge = \"{written}\"")).unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["retention_max_age"], shown, "{written}");
+    }
+    let v = serde_json::to_value(resolve("").unwrap()).unwrap();
+    assert!(v["retention_max_age"].is_null());
+}
