@@ -318,6 +318,8 @@ fn lines_n_prints_the_newest_n_in_time_order() {
     assert_eq!(s.messages(&["-n", "3"]), last3);
     assert_eq!(s.messages(&["--lines", "3"]), last3);
     assert_eq!(s.messages(&["--lines=3"]), last3);
+    // The same from the files, without the daemon.
+    assert_eq!(s.messages(&["--offline", "-n", "3"]), last3);
     let mut newest_first = last3.clone();
     newest_first.reverse();
     assert_eq!(s.messages(&["-n", "3", "-r"]), newest_first);
@@ -497,6 +499,7 @@ fn boot_selects_a_boot_by_offset_or_id_and_list_boots_lists_them() {
     assert_eq!(s.messages(&["-b", "0"]), current);
     assert_eq!(s.messages(&["--boot=-1"]), before);
     assert_eq!(s.messages(&["-b", "-1"]), before);
+    assert_eq!(s.messages(&["--offline", "-b", "-1"]), before);
     assert_eq!(s.messages(&["-b", "1"]), before);
     assert_eq!(s.messages(&["-b", B1]), before);
     assert_eq!(s.messages(&["-b", "cafe"]), current);
