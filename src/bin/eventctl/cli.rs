@@ -44,6 +44,8 @@ package's /var/lib/eventd with /etc/eventd/eventd.toml: on a host where the
 package is installed, no option is needed. Querying takes membership of the
 QueryGroup (default: the group eventd), emitting of the ProducerGroup.";
 
+// Parsed once per run: the size of the query's options does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Emit one event (or one per line of standard input) into the ring of
