@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What `eventctl query --provider P --output json` returns: the events,
-/// each with its fields parsed.
+/// each with its fields.
 fn query(data: &Path, provider: &str) -> Vec<(Value, Value)> {
     let out = Command::new(EVENTCTL)
         .arg("--data-dir")
@@ -33,9 +33,8 @@ fn query(data: &Path, provider: &str) -> Vec<(Value, Value)> {
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("seq").is_some())
         .map(|v| {
-            let fields = v["fields"]
-                .as_str()
-                .map_or(Value::Null, |f| serde_json::from_str(f).unwrap());
+            // `fields` is an object in eventctl's JSON.
+            let fields = v["fields"].clone();
             (v, fields)
         })
         .collect()
@@ -194,6 +193,36 @@ fn rust_tracing_layer_and_log_backend() {
         }
     }
     assert_eq!(warns, RUST_THREADS * RUST_EVENTS / 5);
+    // What docs/emitting.md shows, in the same forms.
+    let shown = |args: &[&str]| -> String {
+        let out = Command::new(EVENTCTL)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["query", "-t", "rust-client", "--name", "billing"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let short = shown(&["-n", "1"]);
+    let (time, rest) = short.split_at("Dec 04 17:44:16".len());
+    assert_eq!(
+        time.split(' ').map(str::len).collect::<Vec<_>>(),
+        [3, 2, 8],
+        "{short}"
+    );
+    let (_host, line) = rest.trim_start().split_once(' ').unwrap();
+    assert!(line.starts_with("rust-client["), "{short}");
+    assert!(line.contains("]: slow payment "), "{short}");
+    let json: Value = serde_json::from_str(&shown(&["-n", "1", "-o", "json"])).unwrap();
+    assert_eq!(json["name"], "billing");
+    assert_eq!(json["fields"]["amount"], 2.5);
+    assert_eq!(json["fields"]["paid"], false);
+    assert_eq!(json["fields"]["attempt"], "shadowed");
+    assert!(json["hostname"].is_string(), "{json}");
+    let unpaid = shown(&["--field", "amount=2.5"]);
+    assert_eq!(unpaid.lines().count(), warns as usize, "{unpaid}");
     eventd.stop();
 }
 

@@ -65,7 +65,8 @@ const LISTINGS: &[&[&str]] = &[
     &["query", "--output", "json"],
     &["query", "--output", "table", "--reverse"],
     &["query", "--offline"],
-    &["query", "--follow"],
+    // A follow lists the newest 10 unless told otherwise.
+    &["query", "--follow", "--lines", "all"],
 ];
 
 /// Every command that prints, each printing something here.

@@ -442,8 +442,8 @@ fn access_limits_malformed_requests_and_follow() {
             "field name",
         ),
         (
-            r#"{"op":"query","filter":{"limit":5},"follow":true}"#,
-            "follow and limit",
+            r#"{"op":"query","filter":{"grep":"(unclosed"}}"#,
+            "--grep pattern",
         ),
         ("not json at all", "malformed request"),
     ] {

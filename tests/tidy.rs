@@ -118,11 +118,6 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
         "each file's plan; to split with the fan-out",
     ),
     (
-        "src/query/render.rs",
-        "event_from",
-        "one arm per output format",
-    ),
-    (
         "src/rings/reader/dead.rs",
         "find_following_record",
         "one search whose bounds read best together",

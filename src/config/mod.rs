@@ -193,6 +193,7 @@ pub struct Settings {
     pub kmes_dir: PathBuf,
     pub run_dir: PathBuf,
     pub ring_bytes: u64,
+    #[serde(serialize_with = "age_as_text")]
     pub retention_max_age: Option<Duration>,
     pub retention_max_bytes: Option<u64>,
     pub query_group: String,
@@ -643,6 +644,29 @@ fn parse_listen(text: &str) -> Result<std::net::SocketAddr, ConfigError> {
             allowed: "a loopback address and port, such as \"127.0.0.1:9464\" or \"[::1]:9464\""
                 .to_string(),
         }),
+    }
+}
+
+/// A duration as the file writes one: whole days, hours, minutes or
+/// seconds in the largest unit that holds it exactly ("7d", "36h",
+/// "90m", "3630s"); a fraction of a second as humantime writes it.
+pub fn duration_text(d: Duration) -> String {
+    let secs = d.as_secs();
+    if d.subsec_nanos() != 0 || secs == 0 {
+        return humantime::format_duration(d).to_string();
+    }
+    let (n, unit) = [(86_400, "d"), (3_600, "h"), (60, "m")]
+        .into_iter()
+        .find(|(size, _)| secs % size == 0)
+        .map_or((secs, "s"), |(size, unit)| (secs / size, unit));
+    format!("{n}{unit}")
+}
+
+/// `RetentionMaxAge` in a report: its text, or null.
+fn age_as_text<S: serde::Serializer>(age: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match age {
+        Some(d) => s.serialize_str(&duration_text(*d)),
+        None => s.serialize_none(),
     }
 }
 

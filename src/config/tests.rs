@@ -251,3 +251,22 @@ fn https_export_urls_and_tls_files_are_taken_and_a_lone_client_half_is_refused()
     let e = resolve("ExportUrl = \"ftp://h/\"").unwrap_err().to_string();
     assert!(e.contains("https://"), "{e}");
 }
+
+/// `eventctl config` shows durations as the file writes them, not as
+/// serde's `{"secs":..,"nanos":..}`.
+#[test]
+fn durations_are_reported_as_the_file_writes_them() {
+    for (written, shown) in [
+        ("7d", "7d"),
+        ("1w", "7d"),
+        ("36h", "36h"),
+        ("90m", "90m"),
+        ("1h 30s", "3630s"),
+    ] {
+        let s = resolve(&format!("RetentionMaxAge = \"{written}\"")).unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["retention_max_age"], shown, "{written}");
+    }
+    let v = serde_json::to_value(resolve("").unwrap()).unwrap();
+    assert!(v["retention_max_age"].is_null());
+}

@@ -10,6 +10,7 @@
 
 use super::clickhouse::{ident, quote, ClickHouseError, Client};
 use super::format::{DecodeError, Reader, EVENT_READ_COLUMNS, GAP_READ_COLUMNS};
+use crate::query::filter::{is_glob, OWN_RINGS_FROM};
 use crate::query::{Filter, Order};
 use crate::store::rows::{EventRow, GapRow};
 
@@ -99,6 +100,67 @@ fn after(columns: &[&str], values: &[String], cmp: &str) -> String {
     }
 }
 
+/// `-u` and `-k` over the fleet: as in each host's store, only events of
+/// eventd's own rings (`cpu` from [`OWN_RINGS_FROM`]) vouch for them.
+fn trusted_terms(f: &Filter, terms: &mut Vec<String>) {
+    let own = format!("cpu >= {OWN_RINGS_FROM}");
+    if !f.units.is_empty() {
+        terms.push(own.clone());
+        let each: Vec<String> = f
+            .units
+            .iter()
+            .map(|u| {
+                let unit = "visitParamExtractString(fields, 'unit')";
+                if is_glob(u) {
+                    format!("match({unit}, {})", quote(&glob_regex(u)))
+                } else {
+                    format!("{unit} = {}", quote(u))
+                }
+            })
+            .collect();
+        terms.push(format!("({})", each.join(" OR ")));
+    }
+    if f.kernel {
+        terms.push(own);
+        terms.push("provider = 'kernel'".to_string());
+        terms.push("visitParamExtractString(fields, 'transport') = 'kernel'".to_string());
+    }
+}
+
+/// A glob as SQLite's GLOB reads it (`*`, `?`, `[...]`, `[^...]`), as an
+/// anchored regular expression for ClickHouse's `match`.
+fn glob_regex(glob: &str) -> String {
+    let mut re = String::from("^");
+    let mut in_class = false;
+    for c in glob.chars() {
+        match c {
+            ']' if in_class => {
+                in_class = false;
+                re.push(']');
+            }
+            _ if in_class => {
+                if c == '\\' {
+                    re.push('\\');
+                }
+                re.push(c);
+            }
+            '*' => re.push_str(".*"),
+            '?' => re.push('.'),
+            '[' => {
+                in_class = true;
+                re.push('[');
+            }
+            _ => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    if in_class {
+        // An unclosed class matches nothing in SQLite either.
+        return "^$.".to_string();
+    }
+    re.push('$');
+    re
+}
+
 impl FleetQuery<'_> {
     fn host_terms(&self, terms: &mut Vec<String>) {
         if !self.hosts.is_empty() {
@@ -123,9 +185,17 @@ impl FleetQuery<'_> {
         if let Some(v) = f.level {
             terms.push(format!("level <= {v}"));
         }
+        if let Some(v) = f.level_min {
+            terms.push(format!("level >= {v}"));
+        }
         if let Some(v) = &f.provider {
             terms.push(format!("provider = {}", quote(v)));
         }
+        if !f.providers.is_empty() {
+            let list: Vec<String> = f.providers.iter().map(|p| quote(p)).collect();
+            terms.push(format!("provider IN ({})", list.join(", ")));
+        }
+        trusted_terms(f, &mut terms);
         if let Some(v) = &f.name {
             terms.push(format!("name = {}", quote(v)));
         }
@@ -137,6 +207,11 @@ impl FleetQuery<'_> {
         }
         if let Some(v) = &f.text {
             terms.push(format!("position(message, {}) > 0", quote(v)));
+        }
+        if let Some(v) = &f.grep {
+            // re2's syntax, which the patterns people write share with
+            // the regex crate's (see docs/queries.md).
+            terms.push(format!("match(message, {})", quote(v)));
         }
         for (key, value) in &f.fields {
             // A string field compares unquoted, any other value as written
@@ -345,5 +420,40 @@ mod tests {
             "{sql}"
         );
         assert!(sql.ends_with("LIMIT 10 FORMAT RowBinary"), "{sql}");
+        let filter = Filter {
+            level: Some(4),
+            level_min: Some(3),
+            units: vec!["nginx.service".into(), "web-*".into()],
+            kernel: true,
+            grep: Some("(?i)disk".into()),
+            providers: vec!["a".into(), "b".into()],
+            ..Filter::default()
+        };
+        let q = FleetQuery {
+            filter: &filter,
+            ..q
+        };
+        let sql = q.events_sql(None, 10);
+        for term in [
+            "level <= 4",
+            "level >= 3",
+            "provider IN ('a', 'b')",
+            "cpu >= 1048576",
+            "(visitParamExtractString(fields, 'unit') = 'nginx.service' OR \
+             match(visitParamExtractString(fields, 'unit'), '^web\\\\-.*$'))",
+            "provider = 'kernel'",
+            "visitParamExtractString(fields, 'transport') = 'kernel'",
+            "match(message, '(?i)disk')",
+        ] {
+            assert!(sql.contains(term), "{term} not in {sql}");
+        }
+    }
+
+    #[test]
+    fn globs_become_anchored_regular_expressions() {
+        assert_eq!(glob_regex("nginx*"), "^nginx.*$");
+        assert_eq!(glob_regex("a?.service"), "^a.\\.service$");
+        assert_eq!(glob_regex("[^ab]x"), "^[^ab]x$");
+        assert_eq!(glob_regex("[ab"), "^$.");
     }
 }

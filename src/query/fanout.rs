@@ -680,6 +680,7 @@ fn open_event_database(path: &Path) -> rusqlite::Result<Option<Connection>> {
     // (up to MaxConcurrentQueries per database) and the kernel's page
     // cache holds the files anyway.
     conn.pragma_update(None, "cache_size", -QUERY_CACHE_KIB)?;
+    super::filter::register_functions(&conn)?;
     let has: i64 = conn.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'events'",
         [],

@@ -33,7 +33,9 @@ impl Follower {
         let sql = filter.sql();
         let mut shards = Vec::new();
         for path in crate::store::list_databases(store_dir).map_err(std::io::Error::other)? {
-            let Ok(conn) = open_read_only(&path) else {
+            let opened = open_read_only(&path)
+                .and_then(|c| super::filter::register_functions(&c).map(|()| c));
+            let Ok(conn) = opened else {
                 continue; // the listing names it in a warning
             };
             let Ok(max) = conn.query_row("SELECT coalesce(max(id), 0) FROM events", [], |r| {

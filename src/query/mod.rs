@@ -3,6 +3,7 @@
 //! that serves them on a Unix socket. Nothing here writes SQLite or knows
 //! the writers.
 
+pub mod boots;
 pub mod fanout;
 pub mod filter;
 pub mod follow;
@@ -20,3 +21,4 @@ pub use protocol::Request;
 pub use server::{Access, QueryServer, QueryStats};
 pub mod client;
 pub mod render;
+pub mod when;

@@ -18,8 +18,11 @@
 //! ← {"error":{"code":"busy"|"denied"|"bad_request","message":"..."}}
 //! ```
 //!
-//! With `"follow":true` the listing does not end: events committed after the
-//! query started follow as they commit, until the client disconnects.
+//! With `"follow":true` the listing (the newest `limit` events, newest
+//! first, when the filter asks for them so) is followed by
+//! `{"following":{"count":N,"gaps":G}}` instead of `end`, then events
+//! committed after the query started follow as they commit, until the
+//! client disconnects.
 
 use super::filter::Filter;
 use serde::{Deserialize, Serialize};

@@ -230,7 +230,7 @@ fn dispatch(shared: &Arc<Shared>, peer: Peer, request: Request, log: &mut Refusa
     let Request::Query { filter, follow } = request else {
         return dispatch_report(shared, stream, request, log, pid);
     };
-    if let Err(message) = check_filter(&filter, follow) {
+    if let Err(message) = check_filter(&filter) {
         shared
             .stats
             .refused_bad_request
@@ -369,10 +369,8 @@ fn serve_report(stream: UnixStream, shared: &Shared, request: &Request) {
 }
 
 /// Requests the server refuses before running them.
-fn check_filter(filter: &Filter, follow: bool) -> Result<(), String> {
-    if follow && filter.limit.is_some() {
-        return Err("follow and limit cannot be combined".to_string());
-    }
+fn check_filter(filter: &Filter) -> Result<(), String> {
+    filter.check()?;
     if let Some((key, _)) = filter.fields.iter().find(|(k, _)| k.contains('"')) {
         return Err(format!(
             "field name {key:?}: a field name cannot contain '\"'"
@@ -437,6 +435,10 @@ fn run_query(
         writeln!(out, "{end}")?;
         return out.flush();
     };
+    // Where the listing ends and what commits later begins (a client
+    // that asked for the newest events first turns them around here).
+    let following = serde_json::json!({ "following": { "count": count, "gaps": gaps } });
+    writeln!(out, "{following}")?;
     out.flush()?;
     follow_on(stream, &mut out, follower, &shared.stop)
 }

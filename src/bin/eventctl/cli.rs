@@ -5,7 +5,7 @@
 //! compiled inside that crate.
 
 use clap::{Parser, Subcommand};
-use eventd::query::render::Output;
+use eventd::query::render::{Format, Output};
 use eventd::rings::Level;
 use std::path::PathBuf;
 
@@ -44,6 +44,8 @@ package's /var/lib/eventd with /etc/eventd/eventd.toml: on a host where the
 package is installed, no option is needed. Querying takes membership of the
 QueryGroup (default: the group eventd), emitting of the ProducerGroup.";
 
+// Parsed once per run: the size of the query's options does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Emit one event (or one per line of standard input) into the ring of
@@ -63,46 +65,110 @@ pub enum Command {
     Export(ExportCommand),
 }
 
+/// `eventctl query`: journalctl's options where it has one (its short
+/// flags and meanings win over eventd's older ones; docs/journalctl.md).
 #[derive(clap::Args)]
+#[command(after_long_help = QUERY_AFTER_HELP)]
 pub struct QueryArgs {
-    /// Events at or after this time: RFC 3339 ("2026-11-30T10:00:00Z") or
-    /// an age ("10m", "2h", "1d").
-    #[arg(long)]
+    /// Events at or after this time: "2026-12-04 13:00", "10 min ago",
+    /// "-1h", today, yesterday, now, RFC 3339, or an age ("10m", "2h"). In
+    /// local time unless --utc.
+    #[arg(short = 'S', long, allow_hyphen_values = true)]
     pub since: Option<String>,
     /// Events before this time (same forms as --since).
-    #[arg(long)]
+    #[arg(short = 'U', long, allow_hyphen_values = true)]
     pub until: Option<String>,
     #[arg(long)]
     pub cpu: Option<u32>,
-    /// This level or more severe (emerg … debug).
-    #[arg(long)]
-    pub level: Option<Level>,
-    #[arg(long)]
-    pub provider: Option<String>,
+    /// A level and those more severe (emerg, alert, crit, err, warning,
+    /// notice, info, debug, or 0-7), or a range FROM..TO ("warning..err").
+    #[arg(
+        short = 'p',
+        long = "priority",
+        visible_alias = "level",
+        value_name = "LEVEL|FROM..TO"
+    )]
+    pub priority: Option<String>,
+    /// Events of this provider (journalctl's syslog identifier);
+    /// repeatable, any of them.
+    #[arg(
+        short = 't',
+        long = "identifier",
+        visible_alias = "provider",
+        value_name = "PROVIDER"
+    )]
+    pub providers: Vec<String>,
     #[arg(long)]
     pub name: Option<String>,
     #[arg(long)]
     pub pid: Option<u32>,
     #[arg(long)]
     pub uid: Option<u32>,
-    /// Only messages containing this text.
-    #[arg(long)]
+    /// Events of this systemd unit ("nginx" is nginx.service; globs like
+    /// "nginx*"), as eventd received them; repeatable, any of them.
+    #[arg(short = 'u', long = "unit", value_name = "UNIT")]
+    pub units: Vec<String>,
+    /// The kernel's log of the current boot (with -b, of that boot).
+    #[arg(short = 'k', long)]
+    pub dmesg: bool,
+    /// The events of one boot: 0 or nothing the current, -1 the one
+    /// before, 1 the first, or a boot id (or its start), with +N or -N.
+    #[arg(
+        short = 'b',
+        long = "boot",
+        value_name = "ID|OFFSET",
+        num_args = 0..=1,
+        default_missing_value = "0",
+        allow_negative_numbers = true,
+        conflicts_with = "cluster"
+    )]
+    pub boot: Option<String>,
+    /// List the boots the store records: index, boot id, first and last
+    /// event.
+    #[arg(long, conflicts_with = "cluster")]
+    pub list_boots: bool,
+    /// Messages matching this regular expression; case-insensitive unless
+    /// it holds a capital letter (or as --case-sensitive says).
+    #[arg(short = 'g', long, value_name = "PATTERN")]
     pub grep: Option<String>,
+    /// Match --grep with case (true) or without (false).
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        requires = "grep"
+    )]
+    pub case_sensitive: Option<bool>,
     /// Structured field equality KEY=VALUE (repeatable).
     #[arg(long = "field", value_name = "KEY=VALUE")]
     pub fields: Vec<String>,
-    /// At most this many events and this many gaps; the cursor of the next
-    /// page is printed.
+    /// The newest N events, oldest first (newest first with -r); "all",
+    /// or "+N" for the oldest N. Without N, 10.
+    #[arg(
+        short = 'n',
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "10",
+        conflicts_with_all = ["limit", "cursor"]
+    )]
+    pub lines: Option<String>,
+    /// At most this many events and this many gaps from the start of the
+    /// window; the cursor of the next page is printed. With --follow: as
+    /// --lines.
     #[arg(long)]
     pub limit: Option<u64>,
     /// Continue after a previous page's cursor (its events and its gaps).
     #[arg(long)]
     pub cursor: Option<String>,
     /// Newest first.
-    #[arg(long)]
+    #[arg(short = 'r', long)]
     pub reverse: bool,
-    /// Keep streaming events as they commit.
-    #[arg(long, short = 'f', conflicts_with_all = ["offline", "limit"])]
+    /// Print the newest 10 events (or --lines), then events as they
+    /// commit.
+    #[arg(short = 'f', long, conflicts_with_all = ["offline", "reverse", "list_boots"])]
     pub follow: bool,
     /// Read the shard files directly instead of asking the daemon.
     #[arg(long)]
@@ -118,9 +184,27 @@ pub struct QueryArgs {
     /// ExportDatabase, "eventd").
     #[arg(long, requires = "cluster")]
     pub database: Option<String>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub output: Output,
+    /// How events are printed (journalctl's formats, and eventd's text
+    /// and table).
+    #[arg(short = 'o', long, value_enum, default_value = "short")]
+    pub output: Format,
+    /// Read and print times in UTC instead of local time.
+    #[arg(long)]
+    pub utc: bool,
+    /// Never pipe the output into a pager.
+    #[arg(long)]
+    pub no_pager: bool,
 }
+
+/// What `eventctl query --help` says after the options.
+const QUERY_AFTER_HELP: &str = "\
+Pager: on a terminal, the output goes through $EVENTD_PAGER, else
+$SYSTEMD_PAGER, else $PAGER, else less (with LESS=FRX when LESS is unset);
+an empty value or \"cat\" means none. --no-pager, --follow and a pipe never
+use one.
+
+Times are read and printed in local time ($TZ, else /etc/localtime), or in
+UTC with --utc.";
 
 #[derive(clap::Args)]
 pub struct EmitArgs {

@@ -5,12 +5,13 @@ use eventd::config::Settings;
 use eventd::export::clickhouse::{Client, Endpoint};
 use eventd::export::fleet::{FleetCursor, FleetQuery};
 use eventd::export::status::ExportReport;
-use eventd::query::render::{clean, json_safe, Output, Renderer};
+use eventd::query::render::{clean, json_safe, Output};
 use eventd::query::{Filter, Request};
 use std::io::Write;
 use std::time::Duration;
 
 use super::cli::{ClusterArgs, ExportCommand, InitArgs, SchemaArg, SqlArgs};
+use super::sink::Sink;
 use super::stdio::{say, Stdout};
 
 /// The client and database `args` (or the configuration) name.
@@ -196,14 +197,17 @@ fn print_report(out: &mut impl Write, r: &ExportReport) -> std::io::Result<()> {
     Ok(())
 }
 
-/// `eventctl query --cluster`: the same filters over the fleet.
+/// `eventctl query --cluster`: the same filters over the fleet, printed
+/// through `sink` (turned around for `-n`), after `cursor`. When `paged`
+/// (a `--limit` page), where the next page starts is said on stderr.
 pub fn fleet_query(
     settings: &Settings,
     cluster: &ClusterArgs,
     hosts: &[String],
     filter: &Filter,
     cursor: Option<&str>,
-    output: Output,
+    paged: bool,
+    sink: Sink<Stdout>,
 ) -> anyhow::Result<()> {
     let (client, database) = connect(settings, cluster)?;
     let cursor = match cursor {
@@ -211,9 +215,7 @@ pub fn fleet_query(
             .with_context(|| format!("--cursor {t:?} is not a fleet query's cursor"))?,
         None => FleetCursor::default(),
     };
-    let stdout = Stdout::lock();
-    let colour = stdout.is_terminal();
-    let out = std::cell::RefCell::new(Renderer::new(stdout, output, colour));
+    let out = std::cell::RefCell::new(sink);
     let query = FleetQuery {
         client: &client,
         database: &database,
@@ -234,12 +236,12 @@ pub fn fleet_query(
     };
     let (next, events, gaps) = query
         .run(
-            |host, e| keep_going(out.borrow_mut().event_from(Some(host), e)),
+            |host, e| keep_going(out.borrow_mut().event(Some(host), e.clone())),
             |host, g| {
                 if failed.borrow().is_some() {
                     return Ok(false);
                 }
-                keep_going(out.borrow_mut().gap_from(Some(host), g))
+                keep_going(out.borrow_mut().gap(Some(host), g.clone()))
             },
         )
         .context("querying the fleet")
@@ -247,8 +249,10 @@ pub fn fleet_query(
     if let Some(e) = failed.into_inner() {
         return Err(e.into());
     }
-    out.borrow_mut().flush()?;
-    if let Some(limit) = filter.limit {
+    let mut out = out.into_inner();
+    out.listing_done()?;
+    out.flush()?;
+    if let (Some(limit), true) = (filter.limit, paged) {
         if events == limit || gaps == limit {
             say!("next page: --cursor {}", next.token());
         }

@@ -2,12 +2,9 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use cli::{Args, Command, EmitArgs, QueryArgs, StatsArgs};
+use cli::{Args, Command, EmitArgs, StatsArgs};
 use eventd::config::{ConfigFile, Settings};
-use eventd::query::render::Renderer;
-use eventd::query::{
-    Cursor, EventRow, FanOut, Filter, GapCursor, GapRow, Order, PageCursor, Request,
-};
+use eventd::query::Request;
 use eventd::rings::attach::EmitRingError;
 use eventd::rings::{now_ns, Emitter, Event};
 use std::io::BufRead;
@@ -16,6 +13,9 @@ use stdio::{say, Stdout};
 
 mod cli;
 mod export;
+mod pager;
+mod query;
+mod sink;
 mod stdio;
 
 fn main() -> std::process::ExitCode {
@@ -69,200 +69,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     let socket = settings.run_dir.join("query.sock");
     match args.command {
         Command::Emit(emit) => run_emit(&settings, emit),
-        Command::Query(q) => run_query(&settings, q),
+        Command::Query(q) => query::run(&settings, q),
         Command::Stats(StatsArgs { prometheus: false }) => report(&socket, Request::Stats),
         Command::Stats(StatsArgs { prometheus: true }) => report(&socket, Request::Metrics),
         Command::Shards => report(&socket, Request::Shards),
         Command::Config => report(&socket, Request::Config),
         Command::Export(command) => export::run(&settings, command),
     }
-}
-
-/// A point in time from the command line: RFC 3339, or an age before now.
-fn parse_time(text: &str) -> anyhow::Result<i64> {
-    let system_ns = |t: std::time::SystemTime| {
-        t.duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as i64)
-    };
-    if let Ok(t) = humantime::parse_rfc3339_weak(text) {
-        return Ok(system_ns(t));
-    }
-    match humantime::parse_duration(text) {
-        Ok(age) => Ok(now_ns() - age.as_nanos() as i64),
-        Err(_) => bail!(
-            "{text:?} is neither an RFC 3339 time (2026-11-30T10:00:00Z) nor an age (10m, 2h)"
-        ),
-    }
-}
-
-fn filter_of(q: &QueryArgs) -> anyhow::Result<Filter> {
-    let mut fields = Vec::new();
-    for kv in &q.fields {
-        let Some((k, v)) = kv.split_once('=') else {
-            bail!("--field {kv:?}: expected KEY=VALUE");
-        };
-        fields.push((k.to_string(), v.to_string()));
-    }
-    // A fleet query's cursor is its own (it names hosts too).
-    let page = match (&q.cursor, &q.cluster) {
-        (Some(t), None) => {
-            PageCursor::parse(t).with_context(|| format!("--cursor {t:?} is not a cursor"))?
-        }
-        _ => PageCursor::default(),
-    };
-    Ok(Filter {
-        since_ns: q.since.as_deref().map(parse_time).transpose()?,
-        until_ns: q.until.as_deref().map(parse_time).transpose()?,
-        cpu: q.cpu,
-        level: q.level.map(|l| l as u8),
-        provider: q.provider.clone(),
-        name: q.name.clone(),
-        pid: q.pid,
-        uid: q.uid,
-        text: q.grep.clone(),
-        fields,
-        order: if q.reverse {
-            Order::NewestFirst
-        } else {
-            Order::OldestFirst
-        },
-        after: page.events,
-        gaps_after: page.gaps,
-        limit: q.limit,
-    })
-}
-
-fn run_query(settings: &Settings, q: QueryArgs) -> anyhow::Result<()> {
-    if let Some(url) = &q.cluster {
-        let filter = filter_of(&q)?;
-        let cluster = cli::ClusterArgs {
-            url: Some(url.clone()),
-            database: q.database.clone(),
-            user: None,
-            password_file: None,
-            ca_file: None,
-        };
-        return export::fleet_query(
-            settings,
-            &cluster,
-            &q.hosts,
-            &filter,
-            q.cursor.as_deref(),
-            q.output,
-        );
-    }
-    let filter = filter_of(&q)?;
-    let stdout = Stdout::lock();
-    let colour = stdout.is_terminal();
-    let mut out = Renderer::new(stdout, q.output, colour);
-    let mut page = Page {
-        events: 0,
-        gaps: 0,
-        next: PageCursor {
-            events: filter.after,
-            gaps: filter.gaps_after,
-        },
-    };
-    if q.offline {
-        query_files(settings, &filter, &mut out, &mut page)?;
-    } else {
-        query_daemon(settings, &filter, q.follow, &mut out, &mut page)?;
-    }
-    out.flush()?;
-    // A full page of either listing may have more behind it.
-    if let Some(limit) = filter.limit {
-        if page.events == limit || page.gaps == limit {
-            say!("next page: --cursor {}", page.next.token());
-        }
-    }
-    Ok(())
-}
-
-/// Rows of one page, and where each listing stands after it.
-struct Page {
-    events: u64,
-    gaps: u64,
-    next: PageCursor,
-}
-
-/// `--offline`: the same streaming reader the daemon runs, on the files.
-fn query_files<W: std::io::Write>(
-    settings: &Settings,
-    filter: &Filter,
-    out: &mut Renderer<W>,
-    page: &mut Page,
-) -> anyhow::Result<()> {
-    let mut fan = FanOut::open(&settings.store_dir, filter.clone(), None)
-        .with_context(|| format!("reading {}", settings.store_dir.display()))?;
-    while let Some(e) = fan.next_event() {
-        page.next.events = Some(e.cursor());
-        page.events += 1;
-        out.event(&e)?;
-    }
-    while let Some(g) = fan.next_gap() {
-        page.next.gaps = Some(g.cursor());
-        page.gaps += 1;
-        out.gap(&g)?;
-    }
-    for w in &fan.warnings {
-        say!("eventctl: warning: {w}");
-    }
-    Ok(())
-}
-
-/// Asks the daemon, printing its answer as it comes.
-fn query_daemon<W: std::io::Write>(
-    settings: &Settings,
-    filter: &Filter,
-    follow: bool,
-    out: &mut Renderer<W>,
-    page: &mut Page,
-) -> anyhow::Result<()> {
-    let request = Request::Query {
-        filter: filter.clone(),
-        follow,
-    };
-    let mut failure = None;
-    let mut ended = false;
-    eventd::query::client::call(&settings.run_dir.join("query.sock"), &request, |v| {
-        if let Some(end) = v.get("end") {
-            ended = true;
-            // The daemon says where both listings stand; an older daemon
-            // sends no gap cursor.
-            let token = |key: &str| end.get(key).and_then(|t| t.as_str()).map(str::to_string);
-            if let Some(c) = token("cursor").as_deref().and_then(Cursor::parse) {
-                page.next.events = Some(c);
-            }
-            if let Some(c) = token("gap_cursor").as_deref().and_then(GapCursor::parse) {
-                page.next.gaps = Some(c);
-            }
-        } else if let Some(e) = v.get("event") {
-            let e: EventRow = serde_json::from_value(e.clone()).map_err(std::io::Error::other)?;
-            page.next.events = Some(e.cursor());
-            page.events += 1;
-            out.event(&e)?;
-            if follow {
-                out.flush()?;
-            }
-        } else if let Some(g) = v.get("gap") {
-            let g: GapRow = serde_json::from_value(g.clone()).map_err(std::io::Error::other)?;
-            page.next.gaps = Some(g.cursor());
-            page.gaps += 1;
-            out.gap(&g)?;
-        } else if let Some(w) = v.get("warning") {
-            say!("eventctl: warning: {}", w.as_str().unwrap_or_default());
-        } else if let Some(e) = v.get("error") {
-            failure = Some(refusal("the query", e));
-        }
-        Ok(true)
-    })?;
-    if let Some(f) = failure {
-        bail!(f);
-    }
-    if !follow && !ended {
-        bail!("eventd closed the connection before the end of the results");
-    }
-    Ok(())
 }
 
 /// The message for an `{"error":{...}}` answer.

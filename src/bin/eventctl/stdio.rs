@@ -9,7 +9,7 @@
 //! command prints through it. Any other write error (a full disk under
 //! `> file`) stays an error.
 
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 
 /// Standard output, locked for the life of the command (line-buffered, as
 /// `std::io::stdout` is).
@@ -18,10 +18,6 @@ pub struct Stdout(io::StdoutLock<'static>);
 impl Stdout {
     pub fn lock() -> Self {
         Stdout(io::stdout().lock())
-    }
-
-    pub fn is_terminal(&self) -> bool {
-        self.0.is_terminal()
     }
 }
 
