@@ -113,6 +113,13 @@ fn the_shipped_sample_file_is_the_embedded_defaults() {
         .unwrap()
         .resolve(Path::new("/data"))
         .unwrap();
+    // The one difference: the package reads the kernel log, the embedded
+    // defaults (a test daemon, a developer's) do not.
+    assert!(s.kernel_log && !Settings::defaults(Path::new("/data")).kernel_log);
+    let s = Settings {
+        kernel_log: false,
+        ..s
+    };
     assert_eq!(s, Settings::defaults(Path::new("/data")));
 }
 
@@ -134,6 +141,10 @@ fn paths_that_collide_are_refused_naming_both_keys() {
         (
             "SyslogSocket = \"/data/store/log.sock\"",
             ["SyslogSocket", "StoreDir"],
+        ),
+        (
+            "StdoutSocket = \"syslog.sock\"",
+            ["SyslogSocket", "StdoutSocket"],
         ),
     ] {
         let e = resolve(text)

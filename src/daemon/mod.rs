@@ -20,12 +20,14 @@ mod lock;
 mod metrics;
 mod report;
 pub mod signals;
+mod sources;
 mod state;
 mod steps;
 mod tunables;
 
 pub use crate::threads::FailureHook;
 pub use lock::{DataDirLock, PreviousRun};
+pub use sources::SourceState;
 pub use state::{DaemonState, RingState, ShardState};
 pub use tunables::Tunables;
 
@@ -100,6 +102,8 @@ pub struct Daemon {
     query: Option<crate::query::QueryServer>,
     metrics_http: Option<crate::metrics::MetricsListener>,
     syslog: Option<crate::syslog::SyslogListener>,
+    /// The kernel log reader (and the boot marker, at start).
+    sources: Option<sources::Running>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
     /// Gives freed memory back to the kernel (see `threads::Trimmer`).
@@ -224,6 +228,7 @@ impl Daemon {
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
             syslog_drops: shared.syslog_drops.clone(),
+            sources: SourceState::default(),
             failing_writers: shared.writer.failing.clone(),
             policy: parts.policy,
             health: shared.writer.health.clone(),
@@ -253,6 +258,7 @@ impl Daemon {
             query: None,
             metrics_http: None,
             syslog: None,
+            sources: None,
             live,
             _watch: None,
             _trim: None,
@@ -295,6 +301,7 @@ impl Daemon {
                 ring: self.state.rings[ordinal].current.clone(),
                 store_failing: self.state.failing_writers.clone(),
                 drops: self.state.syslog_drops.clone(),
+                senders: self.state.sources.senders.clone(),
             };
             self.syslog = Some(crate::syslog::SyslogListener::start(
                 &syslog,
@@ -302,6 +309,7 @@ impl Daemon {
                 self.state.syslog.clone(),
             )?);
         }
+        self.sources = Some(sources::start(settings, &self.state)?);
         self.lock.mark_ready()?;
         Ok(())
     }
@@ -438,6 +446,7 @@ impl Daemon {
         // what they put in the rings is drained (or stays for the next
         // start).
         drop(self.syslog.take());
+        drop(self.sources.take());
         self.stop();
         let mut failures = Vec::new();
         if let Some(mut exporter) = self.exporter.take() {
@@ -574,11 +583,11 @@ fn watch_config(
     }
 }
 
-/// How a ring is named in metrics labels: its cpu id, or "syslog" for
-/// eventd's own syslog ring.
+/// How a ring is named in metrics labels: its cpu id, or "syslog" and
+/// "kernel" for eventd's own rings.
 pub(crate) fn ring_label(cpu: u32) -> String {
-    if cpu == crate::rings::SYSLOG_RING_CPU {
-        "syslog".to_string()
+    if crate::rings::is_own_ring(cpu) {
+        crate::rings::ring_name(cpu).into_owned()
     } else {
         cpu.to_string()
     }

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use stdio::{say, Stdout};
 
 mod export;
+mod run;
 mod stdio;
 
 #[derive(Parser)]
@@ -46,6 +47,9 @@ enum Command {
     /// The ClickHouse export: create the tables, see how far it got.
     #[command(subcommand)]
     Export(export::ExportCommand),
+    /// Run a command with each line of its stdout and stderr stored as an
+    /// event, record how it ended, and exit as it did (systemd-cat's role).
+    Run(run::RunArgs),
 }
 
 #[derive(clap::Args)]
@@ -161,6 +165,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Command::Shards => report(&socket, Request::Shards),
         Command::Config => report(&socket, Request::Config),
         Command::Export(command) => export::run(&settings, command),
+        Command::Run(r) => run::run(&settings, r),
     }
 }
 
