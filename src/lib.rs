@@ -23,6 +23,14 @@
 //!   (read-only; never touches the writers).
 //! - [`syslog`]: `/dev/log`-style sockets (io_uring or recvmmsg) whose
 //!   messages become events in eventd's own syslog ring.
+//! - [`trusted`]: what eventd knows of a sender from the kernel and
+//!   `/proc` (pid, uid, gid, command, executable, systemd unit, boot),
+//!   which the sender cannot forge.
+//! - [`stream`]: the service-output socket (`eventctl run`, journald's
+//!   stdout streams): each line of a command's stdout and stderr an event
+//!   in eventd's syslog ring.
+//! - [`kmsg`]: the kernel log (`/dev/kmsg`) into eventd's own kernel ring,
+//!   exactly once across restarts within a boot.
 //! - [`config`]: the TOML configuration and the validated settings.
 //! - [`metrics`]: the Prometheus text format and its optional HTTP listener.
 //! - [`retention`]: the coordinator that keeps the store within its age and
@@ -57,6 +65,8 @@ pub mod errors;
 #[cfg(not(loom))]
 pub mod export;
 #[cfg(not(loom))]
+pub mod kmsg;
+#[cfg(not(loom))]
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod query;
@@ -66,9 +76,13 @@ pub mod rings;
 pub mod routing;
 #[cfg(not(loom))]
 pub mod store;
+#[cfg(not(loom))]
+pub mod stream;
 pub mod sync;
 #[cfg(not(loom))]
 pub mod syslog;
 #[cfg(not(loom))]
 pub mod threads;
+#[cfg(not(loom))]
+pub mod trusted;
 pub mod version;

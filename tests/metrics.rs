@@ -58,10 +58,18 @@ fn buckets(text: &str, name: &str, shard: &str) -> Vec<(f64, f64)> {
 /// The number of items of each of a shard's commits, from its receipts
 /// (one commit time per commit).
 fn commit_sizes(c: &rusqlite::Connection) -> Vec<f64> {
+    commit_sizes_since(c, 0)
+}
+
+/// As [`commit_sizes`], for the commits at or after `since_ns`.
+fn commit_sizes_since(c: &rusqlite::Connection, since_ns: i64) -> Vec<f64> {
     let mut stmt = c
-        .prepare("SELECT sum(last_seq - first_seq + 1) FROM receipts GROUP BY committed_at")
+        .prepare(
+            "SELECT sum(last_seq - first_seq + 1) FROM receipts WHERE committed_at >= ?1 \
+             GROUP BY committed_at",
+        )
         .unwrap();
-    stmt.query_map([], |r| r.get::<_, i64>(0))
+    stmt.query_map([since_ns], |r| r.get::<_, i64>(0))
         .unwrap()
         .map(|n| n.unwrap() as f64)
         .collect()
@@ -203,7 +211,8 @@ fn metrics_match_counted_truth_after_a_known_load() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("denied"));
     }
 
-    // The truth in the shard files.
+    // The truth in the shard files (eventd's boot marker in them too).
+    wait_until("the boot marker", || boot_markers(&data).0 == 1);
     let files = shards(&data);
     let file_of =
         |shard: &str| -> &rusqlite::Connection { &files[shard.parse::<usize>().unwrap()].1 };
@@ -230,9 +239,15 @@ fn metrics_match_counted_truth_after_a_known_load() {
         let by_shard = parse(&text, "shard");
         let events = &by_shard["eventd_shard_events_total"];
         assert_eq!(events.len(), 3);
-        assert_eq!(events.values().sum::<f64>(), total as f64);
+        // And eventd's own boot marker.
+        let (markers, marker_bytes) = boot_markers(&data);
+        assert_eq!(markers, 1);
+        assert_eq!(events.values().sum::<f64>(), (total + markers) as f64);
         let event_bytes = &by_shard["eventd_shard_event_bytes_total"];
-        assert_eq!(event_bytes.values().sum::<f64>(), bytes as f64);
+        assert_eq!(
+            event_bytes.values().sum::<f64>(),
+            (bytes + marker_bytes) as f64
+        );
         for (shard, n) in events {
             let c = file_of(shard);
             assert_eq!(*n, one(c, "SELECT count(*) FROM events"), "shard {shard}");
@@ -409,12 +424,16 @@ fn item_buckets_are_exact_at_their_bounds() {
             .emit(&event("backlog", &format!("event {i}"), ""))
             .unwrap();
     }
+    // The first start committed its boot marker; the metrics are this
+    // start's.
+    let started = now_ns();
     let eventd = Eventd::start(&data, Some(&cfg));
     wait_for_events(&data, EVENTS);
+    wait_until("both boot markers", || boot_markers(&data).0 == 2);
     let text = eventctl_text(&data, &["stats", "--prometheus"]);
     let files = shards(&data);
-    let sizes = commit_sizes(&files[0].1);
-    assert_eq!(sizes.iter().sum::<f64>(), EVENTS as f64);
+    let sizes = commit_sizes_since(&files[0].1, started);
+    assert_eq!(sizes.iter().sum::<f64>(), (EVENTS + 1) as f64);
     assert!(
         sizes.contains(&257.0),
         "no full batch of 257 out of the backlog: {sizes:?}"

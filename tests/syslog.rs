@@ -19,10 +19,10 @@ fn rows(data: &Path) -> Vec<Row> {
     let mut all: Vec<(i64, Row)> = Vec::new();
     for (_, c) in shards(data) {
         let mut stmt = c
-            .prepare(
-                "SELECT ts, provider, name, level, pid, uid, message, ifnull(fields, '{}') \
-                 FROM events",
-            )
+            .prepare(&format!(
+                "SELECT ts, provider, name, level, pid, uid, message, ifnull(fields, '{{}}') \
+                 FROM events WHERE {NOT_BOOT_MARKER}"
+            ))
             .unwrap();
         all.extend(
             stmt.query_map([], |r| {

@@ -53,7 +53,10 @@ fn stored(data: &Path) -> Vec<Stored> {
     let mut all: Vec<(i64, Stored)> = Vec::new();
     for (_, c) in shards(data) {
         let mut stmt = c
-            .prepare("SELECT seq, ts, level, provider, name, message, fields FROM events")
+            .prepare(&format!(
+                "SELECT seq, ts, level, provider, name, message, fields FROM events \
+                 WHERE {NOT_BOOT_MARKER}"
+            ))
             .unwrap();
         let rows = stmt
             .query_map([], |r| {

@@ -5,7 +5,8 @@
 //! Two threads. One receives with eventd's own `recvmmsg` loop (up to 64
 //! datagrams per call, with their SCM_CREDENTIALS), parses each message
 //! with eventd's parser and builds the event eventd would store
-//! (`record::stored_event`: the same columns and fields text); it hands
+//! (`record::stored_event`: the same columns and fields text, the
+//! sender's `/proc` facts looked up in the same cache); it hands
 //! the rows to the other through a std channel. The other inserts them into
 //! one shard database (eventd's schema, pragmas, page size and insert
 //! statement), one transaction per 1000 rows or, like eventd's writers,
@@ -16,8 +17,9 @@
 
 use anyhow::Context;
 use eventd::rings::format::{Geometry, PAGE_SIZE_DEFAULT, RING_BYTES_DEFAULT};
-use eventd::syslog::record::{stored_event, Transport};
+use eventd::syslog::record::{stored_event, Sender, Transport};
 use eventd::syslog::{parse::parse, recvmmsg, SyslogStats};
+use eventd::trusted::{Senders, Trusted};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -143,6 +145,7 @@ fn receive(
     let max = Geometry::for_ring_bytes(RING_BYTES_DEFAULT, PAGE_SIZE_DEFAULT)
         .map_or(usize::MAX, |g| g.payload_bytes_max());
     let stats = SyslogStats::default();
+    let senders = Senders::default();
     let mut fields = Vec::new();
     let mut seq = 0i64;
     recvmmsg::run(
@@ -150,11 +153,16 @@ fn receive(
         wake_fd,
         &mut |bytes, len, creds| {
             let parsed = parse(bytes);
+            let info = creds.and_then(|c| senders.lookup(c.pid, c.uid, c.gid));
+            let sender = Sender {
+                credentials: creds,
+                trusted: Trusted::of(info.as_deref()),
+            };
             let Some(e) = stored_event(
                 &parsed,
                 bytes,
                 len,
-                creds,
+                sender,
                 Transport::Datagram,
                 max,
                 &mut fields,

@@ -201,6 +201,16 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         path(&file.syslog_stream_socket),
     );
     check(
+        "StdoutSocket",
+        path(&running.stdout_socket),
+        path(&file.stdout_socket),
+    );
+    check(
+        "KernelLog",
+        running.kernel_log.to_string(),
+        file.kernel_log.to_string(),
+    );
+    check(
         "HostName",
         running.host_name.clone(),
         file.host_name.clone(),

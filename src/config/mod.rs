@@ -109,6 +109,12 @@ pub struct ConfigFile {
     /// How the datagram socket is read: "auto" (io_uring where it works,
     /// else recvmmsg), "io_uring" or "recvmmsg".
     pub syslog_receive: Option<String>,
+    /// Read the kernel log (`/dev/kmsg`) into eventd's kernel ring.
+    /// Default false (the packaged configuration turns it on).
+    pub kernel_log: Option<bool>,
+    /// The stream socket for the output of services (`eventctl run`),
+    /// relative to RunDir; "" turns it off. Default "stdout.sock".
+    pub stdout_socket: Option<PathBuf>,
     /// This host's name in the fleet (the `host` column in ClickHouse).
     /// Default: the kernel's host name.
     pub host_name: Option<String>,
@@ -205,6 +211,10 @@ pub struct Settings {
     pub syslog_socket: Option<PathBuf>,
     pub syslog_stream_socket: Option<PathBuf>,
     pub syslog_receive: crate::syslog::ReceiveMode,
+    /// `KernelLog`.
+    pub kernel_log: bool,
+    /// `StdoutSocket`; `None`: off.
+    pub stdout_socket: Option<PathBuf>,
     /// `HostName`.
     pub host_name: String,
     /// The export keys; `None` when `ExportUrl` is unset (no export).
@@ -264,6 +274,8 @@ impl ConfigFile {
             export,
             syslog_socket: socket(&self.syslog_socket, "syslog.sock"),
             syslog_stream_socket: socket(&self.syslog_stream_socket, "syslog-stream.sock"),
+            kernel_log: self.kernel_log.unwrap_or(false),
+            stdout_socket: socket(&self.stdout_socket, "stdout.sock"),
             syslog_receive: match self.syslog_receive.as_deref().map(str::trim) {
                 None | Some("auto") => crate::syslog::ReceiveMode::Auto,
                 Some("io_uring") => crate::syslog::ReceiveMode::IoUring,
@@ -560,6 +572,7 @@ impl Settings {
         let sockets: Vec<(&'static str, PathBuf)> = [
             ("SyslogSocket", &self.syslog_socket),
             ("SyslogStreamSocket", &self.syslog_stream_socket),
+            ("StdoutSocket", &self.stdout_socket),
         ]
         .into_iter()
         .filter_map(|(k, p)| p.as_ref().map(|p| (k, normal(p))))

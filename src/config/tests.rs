@@ -114,6 +114,13 @@ fn the_shipped_sample_file_is_the_embedded_defaults() {
         .unwrap()
         .resolve(Path::new("/data"))
         .unwrap();
+    // The one difference: the package reads the kernel log, the embedded
+    // defaults (a test daemon, a developer's) do not.
+    assert!(s.kernel_log && !Settings::defaults(Path::new("/data")).kernel_log);
+    let s = Settings {
+        kernel_log: false,
+        ..s
+    };
     assert_eq!(s, Settings::defaults(Path::new("/data")));
     // Every key is written commented out at its default ("#Key = value"):
     // uncommenting them all changes nothing.
@@ -129,6 +136,7 @@ fn the_shipped_sample_file_is_the_embedded_defaults() {
     let mut s = file.resolve(Path::new("/data")).unwrap();
     assert!(s.max_concurrent_queries_explicit);
     s.max_concurrent_queries_explicit = false;
+    s.kernel_log = false;
     assert_eq!(s, Settings::defaults(Path::new("/data")));
     // Every key the file format knows is there: at its default, or (a key
     // unset by default) as an example, "# e.g. Key = value". The keys are
@@ -139,8 +147,10 @@ fn the_shipped_sample_file_is_the_embedded_defaults() {
     for key in known {
         let at_default = text.contains(&format!("\n#{key} = "));
         let example = text.contains(&format!("\n# e.g. {key} = "));
+        // The one key set on purpose (see above).
+        let set = key == "KernelLog" && text.contains("\nKernelLog = true\n");
         assert!(
-            at_default || example,
+            at_default || example || set,
             "{key} is not in packaging/eventd.toml"
         );
     }
@@ -164,6 +174,10 @@ fn paths_that_collide_are_refused_naming_both_keys() {
         (
             "SyslogSocket = \"/data/store/log.sock\"",
             ["SyslogSocket", "StoreDir"],
+        ),
+        (
+            "StdoutSocket = \"syslog.sock\"",
+            ["SyslogSocket", "StdoutSocket"],
         ),
     ] {
         let e = resolve(text)

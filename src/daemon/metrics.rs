@@ -28,6 +28,7 @@ pub fn render(state: &DaemonState) -> String {
     shards(&mut e, state);
     queries(&mut e, state);
     syslog(&mut e, state);
+    super::sources::metrics(&mut e, state);
     retention(&mut e, state);
     export(&mut e, state);
     e.finish()

@@ -22,6 +22,7 @@ mod metrics;
 pub mod notify;
 mod report;
 pub mod signals;
+mod sources;
 mod state;
 mod steps;
 mod tunables;
@@ -30,6 +31,7 @@ pub mod watchdog;
 pub use crate::threads::FailureHook;
 pub use activation::Activation;
 pub use lock::{DataDirLock, PreviousRun};
+pub use sources::SourceState;
 pub use state::{DaemonState, RingState, ShardState};
 pub use tunables::Tunables;
 
@@ -104,6 +106,8 @@ pub struct Daemon {
     query: Option<crate::query::QueryServer>,
     metrics_http: Option<crate::metrics::MetricsListener>,
     syslog: Option<crate::syslog::SyslogListener>,
+    /// The kernel log reader (and the boot marker, at start).
+    sources: Option<sources::Running>,
     live: Arc<crate::config::live::LiveConfig>,
     _watch: Option<crate::config::watch::FileWatch>,
     /// Gives freed memory back to the kernel (see `threads::Trimmer`).
@@ -160,6 +164,7 @@ impl Daemon {
         // 3. The rings (R4 ordinals), eventd's syslog ring last.
         let syslog_on = settings.syslog_socket.is_some()
             || settings.syslog_stream_socket.is_some()
+            || settings.stdout_socket.is_some()
             || !sockets.syslog.is_empty();
         let rings = steps::attach_rings(settings, &policy, &tunables.cpus(), syslog_on)?;
         // 4, 5. The shard count (R1) and the descriptor allowance (R2).
@@ -245,6 +250,7 @@ impl Daemon {
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
             syslog_drops: shared.syslog_drops.clone(),
+            sources: SourceState::default(),
             failing_writers: shared.writer.failing.clone(),
             policy: parts.policy,
             health: shared.writer.health.clone(),
@@ -274,6 +280,7 @@ impl Daemon {
             query: None,
             metrics_http: None,
             syslog: None,
+            sources: None,
             live,
             _watch: None,
             _trim: None,
@@ -319,6 +326,7 @@ impl Daemon {
                 ring: self.state.rings[ordinal].current.clone(),
                 store_failing: self.state.failing_writers.clone(),
                 drops: self.state.syslog_drops.clone(),
+                senders: self.state.sources.senders.clone(),
             };
             self.syslog = Some(crate::syslog::SyslogListener::start(
                 syslog,
@@ -326,6 +334,7 @@ impl Daemon {
                 self.state.syslog.clone(),
             )?);
         }
+        self.sources = Some(sources::start(settings, &self.state)?);
         self.lock.mark_ready()?;
         Ok(())
     }
@@ -467,6 +476,7 @@ impl Daemon {
         // what they put in the rings is drained (or stays for the next
         // start).
         drop(self.syslog.take());
+        drop(self.sources.take());
         self.stop();
         let mut failures = Vec::new();
         if let Some(mut exporter) = self.exporter.take() {
@@ -603,11 +613,11 @@ fn watch_config(
     }
 }
 
-/// How a ring is named in metrics labels: its cpu id, or "syslog" for
-/// eventd's own syslog ring.
+/// How a ring is named in metrics labels: its cpu id, or "syslog" and
+/// "kernel" for eventd's own rings.
 pub(crate) fn ring_label(cpu: u32) -> String {
-    if cpu == crate::rings::SYSLOG_RING_CPU {
-        "syslog".to_string()
+    if crate::rings::is_own_ring(cpu) {
+        crate::rings::ring_name(cpu).into_owned()
     } else {
         cpu.to_string()
     }

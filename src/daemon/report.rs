@@ -36,7 +36,11 @@ pub fn answer(
 fn stats(state: &DaemonState) -> Value {
     let rings: Vec<Value> = state.rings.iter().enumerate().map(ring_stats).collect();
     let shards: Vec<Value> = state.shards.iter().enumerate().map(shard_stats).collect();
+    let (stdout, kernel, senders) = super::sources::report(state);
     json!({
+        "stdout": stdout,
+        "kernel": kernel,
+        "senders": senders,
         "rings": rings,
         "shards": shards,
         "queries": query_stats(&state.queries),

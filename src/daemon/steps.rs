@@ -99,6 +99,8 @@ pub(super) fn lock_data_dir(settings: &Settings) -> Result<DataDirLock, DaemonEr
 pub(super) struct Rings {
     pub cpus: Vec<AttachedRing>,
     pub syslog: Option<Arc<Ring>>,
+    /// eventd's own kernel ring (`KernelLog`), after the syslog ring.
+    pub kernel: Option<Arc<Ring>>,
 }
 
 impl Rings {
@@ -108,21 +110,21 @@ impl Rings {
             .iter()
             .map(|r| r.ring.clone())
             .chain(self.syslog.iter().cloned())
+            .chain(self.kernel.iter().cloned())
             .collect()
     }
 
     pub fn count(&self) -> usize {
-        self.cpus.len() + usize::from(self.syslog.is_some())
+        self.cpus.len() + usize::from(self.syslog.is_some()) + usize::from(self.kernel.is_some())
     }
 
     /// How the drain of `ring` makes a new ring in its place.
     pub fn maker(ring: &Ring, policy: &Policy) -> RingMaker {
-        let syslog = ring.cpu() == crate::rings::SYSLOG_RING_CPU;
         RingMaker {
             path: ring.path().to_path_buf(),
             geometry: ring.geometry(),
             cpu: ring.cpu(),
-            mode: if syslog {
+            mode: if crate::rings::is_own_ring(ring.cpu()) {
                 access::Mode::PRIVATE
             } else {
                 policy.mode(access::Kind::Ring)
@@ -171,6 +173,7 @@ pub(super) fn attach_rings(
     Ok(Rings {
         cpus: attached.rings,
         syslog,
+        kernel: super::sources::attach_kernel_ring(settings, &kmes)?,
     })
 }
 
@@ -255,10 +258,10 @@ impl Layout {
 }
 
 /// The shards each drained ring sends to: R4 for the CPU rings, every shard
-/// for the syslog ring.
+/// for eventd's own rings.
 pub(super) fn assignment(rings: &Rings, shards: usize) -> Vec<Vec<usize>> {
     let mut assignment = routing::assign(rings.cpus.len(), shards);
-    if rings.syslog.is_some() {
+    for _own in rings.syslog.iter().chain(&rings.kernel) {
         assignment.push((0..shards).collect());
     }
     assignment

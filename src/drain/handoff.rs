@@ -95,16 +95,17 @@ impl Handoff {
     }
 
     /// The header of a report of `count` messages dropped before they
-    /// reached a ring (the report itself took sequence number `seq`), the
+    /// reached a ring, or kernel records overwritten before eventd read
+    /// them (`reason`; the report itself took sequence number `seq`), the
     /// first of them at `since_ns`.
     pub fn dropped(
         ring: u32,
         cpu: u32,
         ring_epoch: u64,
         seq: u64,
-        count: u64,
-        since_ns: i64,
+        report: crate::rings::drops::DropReport,
     ) -> Self {
+        let (count, since_ns) = (report.count, report.since_ns);
         Handoff {
             ring,
             cpu,
@@ -115,7 +116,7 @@ impl Handoff {
             position: 0,
             next_seq: seq + 1,
             ts_ns: since_ns,
-            kind: Kind::Gap(LossReason::Dropped),
+            kind: Kind::Gap(report.reason),
             ..Handoff::default()
         }
     }

@@ -226,9 +226,10 @@ impl DrainThread {
 
 impl Outbound {
     /// Hands event `seq` to the next shard of the stripe: skipped if a
-    /// previous run committed it already; a report of dropped messages
-    /// becomes a `dropped` gap (a report is one only in eventd's own syslog
-    /// ring, which no producer can open, so its records are eventd's;
+    /// previous run committed it already; a report of dropped messages or
+    /// overwritten kernel records becomes a `dropped` or
+    /// `kernel_overwritten` gap (a report is one only in eventd's own
+    /// rings, which no producer can open, so their records are eventd's;
     /// anywhere else such an event is an ordinary one).
     fn hand_on(
         &mut self,
@@ -242,7 +243,8 @@ impl Outbound {
         // again after a crash, it adds only the gaps not committed then
         // (the old ring's receipts say which). Not on the syslog ring,
         // which no producer writes.
-        if self.drops.is_none() && event.provider == ORPHAN_PROVIDER {
+        let own = crate::rings::is_own_ring(self.cpu);
+        if !own && event.provider == ORPHAN_PROVIDER {
             if let Some(report) = OrphanReport::parse(event).filter(|r| r.cpu == self.cpu) {
                 for gap in self.orphans.gaps(&report, self.epoch) {
                     self.send_old_gap(report.epoch, gap)?;
@@ -254,20 +256,10 @@ impl Outbound {
             return Ok(());
         }
         let shard = self.router.next_shard();
-        let report = match self.drops {
-            Some(_) => DropReport::parse(event),
-            None => None,
-        };
+        let report = if own { DropReport::parse(event) } else { None };
         if let Some(report) = report {
-            let header = Handoff::dropped(
-                self.ordinal,
-                self.cpu,
-                self.epoch,
-                seq,
-                report.count,
-                report.since_ns,
-            )
-            .after(after);
+            let header =
+                Handoff::dropped(self.ordinal, self.cpu, self.epoch, seq, report).after(after);
             send(&self.senders, shard, self.cpu, header)?;
             self.stats.lost.fetch_add(report.count, Ordering::Relaxed);
             return Ok(());

@@ -4,7 +4,7 @@
 use super::{CommitTracker, DrainParts, DrainStats, DrainThread, Handoff, RingMaker, RingPlan};
 use crate::channel::Sender;
 use crate::rings::drops::Drops;
-use crate::rings::{CurrentRing, Ring, RingReader, SYSLOG_RING_CPU};
+use crate::rings::{is_own_ring, ring_name, CurrentRing, Ring, RingReader};
 use crate::routing::StripeRouter;
 use crate::threads::{join_all, spawn_watched, FailureHook, Watched};
 use std::num::NonZeroU32;
@@ -99,11 +99,9 @@ fn spawn_drain(ordinal: usize, spec: DrainSpec, shared: &Shared<'_>) -> std::io:
         &spec.plan,
         parts,
     );
-    let (name, what) = if cpu == SYSLOG_RING_CPU {
-        (
-            "drain-syslog".to_string(),
-            "drain of the syslog ring".to_string(),
-        )
+    let (name, what) = if is_own_ring(cpu) {
+        let ring = ring_name(cpu);
+        (format!("drain-{ring}"), format!("drain of the {ring} ring"))
     } else {
         (format!("drain-{cpu:03}"), format!("drain of cpu {cpu}"))
     };

@@ -33,6 +33,26 @@ pub struct Attached {
 /// The logical cpu id stored with eventd's own syslog ring: above every
 /// cpu id Linux can have (at most 8192), so it never names a real CPU.
 pub const SYSLOG_RING_CPU: u32 = 1 << 20;
+/// The cpu id of eventd's own kernel log ring (`KernelLog`), beside the
+/// syslog ring's: a flood of either cannot overwrite the other's records.
+pub const KERNEL_RING_CPU: u32 = SYSLOG_RING_CPU + 1;
+
+/// Whether `cpu` names one of eventd's own rings (mode 0600, written only
+/// by eventd), whose events eventd vouches for: every cpu id from
+/// [`SYSLOG_RING_CPU`] on.
+pub fn is_own_ring(cpu: u32) -> bool {
+    cpu >= SYSLOG_RING_CPU
+}
+
+/// How a ring is named to people: `syslog` and `kernel` for eventd's own
+/// rings, else `cpu` and the number.
+pub fn ring_name(cpu: u32) -> std::borrow::Cow<'static, str> {
+    match cpu {
+        SYSLOG_RING_CPU => "syslog".into(),
+        KERNEL_RING_CPU => "kernel".into(),
+        _ => format!("cpu{cpu}").into(),
+    }
+}
 
 pub struct KmesDir {
     dir: PathBuf,
@@ -107,6 +127,19 @@ impl KmesDir {
         let path = self.syslog_ring_path();
         let geometry = Self::geometry(ring_bytes);
         self.open_or_create(&path, SYSLOG_RING_CPU, geometry, Mode::PRIVATE, repairs)
+    }
+
+    /// Attaches eventd's own kernel log ring (`kernel.ring`), as
+    /// [`attach_syslog`](Self::attach_syslog) does the syslog ring.
+    pub fn attach_kernel(
+        &self,
+        ring_bytes: usize,
+        repairs: &mut Vec<String>,
+    ) -> Result<Ring, RingError> {
+        self.create_dir()?;
+        let path = self.dir.join("kernel.ring");
+        let geometry = Self::geometry(ring_bytes);
+        self.open_or_create(&path, KERNEL_RING_CPU, geometry, Mode::PRIVATE, repairs)
     }
 
     /// Creates the directory if it is missing (the daemon gives it its mode

@@ -8,8 +8,13 @@
 //! `dropped` gap when it reads it ([`DropReport`]). Only eventd writes the
 //! syslog ring (no producer can open it), so only there is such a record a
 //! report.
+//!
+//! The kernel log reader reports kernel records the kernel overwrote
+//! before eventd read them the same way, into eventd's kernel ring
+//! ([`KernelLoss`]): a record that its drain turns into a
+//! `kernel_overwritten` gap.
 
-use super::{Event, Level, Ring};
+use super::{Event, Level, LossReason, Ring};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Messages the listeners received and could not put into the syslog ring,
@@ -46,6 +51,8 @@ const DROP_LOG_INTERVAL_MS: u64 = 10_000;
 /// The provider and name of a report of dropped messages.
 const DROP_PROVIDER: &str = "eventd";
 const DROP_NAME: &str = "syslog.dropped";
+/// The name of a report of kernel records lost before eventd read them.
+const KERNEL_LOSS_NAME: &str = "kernel.overwritten";
 
 impl Drops {
     /// Counts one message dropped at `ts_ns`.
@@ -113,23 +120,123 @@ impl Drops {
     }
 }
 
-/// A report of dropped messages, read back from the syslog ring.
+/// A report of lost messages or records, read back from one of eventd's
+/// own rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DropReport {
     pub count: u64,
     pub since_ns: i64,
+    /// `Dropped` (syslog messages) or `KernelOverwritten`.
+    pub reason: LossReason,
 }
 
 impl DropReport {
-    /// The report `event` is, if it is one (written by [`Drops`]).
+    /// The report `event` is, if it is one (written by [`Drops`] or as a
+    /// [`KernelLoss`]). Only for events of eventd's own rings: anywhere
+    /// else such an event is an ordinary one.
     pub fn parse(event: &Event<'_>) -> Option<DropReport> {
-        if event.provider != DROP_PROVIDER || event.name != DROP_NAME {
+        let reason = match (event.provider, event.name) {
+            (DROP_PROVIDER, DROP_NAME) => LossReason::Dropped,
+            (DROP_PROVIDER, KERNEL_LOSS_NAME) => LossReason::KernelOverwritten,
+            _ => return None,
+        };
+        let v: serde_json::Value = serde_json::from_str(event.fields).ok()?;
+        let count = match reason {
+            LossReason::Dropped => v.get("dropped")?,
+            _ => v.get("lost")?,
+        };
+        Some(DropReport {
+            count: count.as_u64()?,
+            since_ns: v.get("since_ns")?.as_i64()?,
+            reason,
+        })
+    }
+}
+
+/// Kernel records `from..=to` (the kernel's sequence numbers) that the
+/// kernel overwrote before eventd read them, in boot `boot_id`; the last
+/// record before them is of `since_ns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelLoss<'a> {
+    pub from: u64,
+    pub to: u64,
+    pub since_ns: i64,
+    pub boot_id: &'a str,
+}
+
+impl KernelLoss<'_> {
+    /// The report's record, for eventd's kernel ring, its message and
+    /// fields written into `message` and `fields`.
+    pub fn event<'b>(&self, message: &'b mut String, fields: &'b mut String) -> Event<'b> {
+        let lost = self.to - self.from + 1;
+        *message = format!(
+            "{lost} kernel log records overwritten by the kernel before eventd read them \
+             (kernel sequence numbers {}..={})",
+            self.from, self.to
+        );
+        *fields = serde_json::json!({
+            "lost": lost,
+            "since_ns": self.since_ns,
+            "kernel_seq_from": self.from,
+            "kernel_seq_to": self.to,
+            "boot_id": self.boot_id,
+        })
+        .to_string();
+        Event {
+            ts_ns: crate::rings::now_ns(),
+            pid: std::process::id(),
+            tid: 0,
+            uid: crate::access::own_uid(),
+            level: Level::Warning,
+            provider: DROP_PROVIDER,
+            name: KERNEL_LOSS_NAME,
+            message,
+            fields,
+        }
+    }
+
+    /// If `event` is such a report: its boot and the last kernel sequence
+    /// number it accounts for.
+    pub fn covered(event: &Event<'_>) -> Option<(String, u64)> {
+        if event.provider != DROP_PROVIDER || event.name != KERNEL_LOSS_NAME {
             return None;
         }
         let v: serde_json::Value = serde_json::from_str(event.fields).ok()?;
-        Some(DropReport {
-            count: v.get("dropped")?.as_u64()?,
-            since_ns: v.get("since_ns")?.as_i64()?,
-        })
+        Some((
+            v.get("boot_id")?.as_str()?.to_string(),
+            v.get("kernel_seq_to")?.as_u64()?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_loss_report_reads_back_as_an_exact_gap() {
+        let (mut message, mut fields) = (String::new(), String::new());
+        let loss = KernelLoss {
+            from: 7,
+            to: 9,
+            since_ns: 55,
+            boot_id: "b0",
+        };
+        let event = loss.event(&mut message, &mut fields);
+        assert_eq!(
+            DropReport::parse(&event),
+            Some(DropReport {
+                count: 3,
+                since_ns: 55,
+                reason: LossReason::KernelOverwritten
+            })
+        );
+        assert_eq!(KernelLoss::covered(&event), Some(("b0".to_string(), 9)));
+        let ordinary = Event {
+            provider: "kernel",
+            ..event
+        };
+        assert_eq!(DropReport::parse(&ordinary), None);
+        assert_eq!(KernelLoss::covered(&ordinary), None);
     }
 }

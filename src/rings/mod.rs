@@ -26,7 +26,10 @@ pub mod reader;
 mod unread;
 
 #[cfg(not(loom))]
-pub use attach::{online_cpus, AttachedRing, CurrentRing, Emitter, KmesDir, SYSLOG_RING_CPU};
+pub use attach::{
+    is_own_ring, online_cpus, ring_name, AttachedRing, CurrentRing, Emitter, KmesDir,
+    KERNEL_RING_CPU, SYSLOG_RING_CPU,
+};
 pub use event::{Event, Level};
 pub use producer::EmitError;
 pub use reader::{Gap, LossReason, ReadPosition, RingItem, RingReader, Scribble};

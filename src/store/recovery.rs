@@ -242,7 +242,7 @@ pub fn plan_rings(
         for e in failed {
             tracing::error!(error = %e, "receipts left out of recovery");
         }
-        if ring.cpu() != crate::rings::SYSLOG_RING_CPU {
+        if !crate::rings::is_own_ring(ring.cpu()) {
             plan.predecessor = predecessor(&mut receipts, ring, plan == RingPlan::FRESH);
         }
         tracing::info!(

@@ -187,7 +187,7 @@ pub struct SyslogListener {
 /// Makes way for a socket at `path`: a socket file nobody listens on (a
 /// dead daemon's) is removed; a live one (another syslog daemon's `/dev/log`,
 /// say) or anything that is not a socket is left alone, and that is an error.
-fn bind_path(path: &Path, stream: bool) -> Result<(), SyslogError> {
+pub(crate) fn bind_path(path: &Path, stream: bool) -> Result<(), SyslogError> {
     let refuse = |why: &str| SyslogError::Socket {
         path: path.to_path_buf(),
         source: std::io::Error::new(std::io::ErrorKind::AlreadyExists, why.to_string()),
@@ -230,13 +230,13 @@ fn bind_path(path: &Path, stream: bool) -> Result<(), SyslogError> {
 
 /// A socket file this listener made: removed at stop only if it is still
 /// the same file.
-struct Bound {
+pub(crate) struct Bound {
     path: PathBuf,
     identity: Option<(u64, u64)>,
 }
 
 impl Bound {
-    fn new(path: &Path) -> Bound {
+    pub(crate) fn new(path: &Path) -> Bound {
         use std::os::unix::fs::MetadataExt;
         Bound {
             path: path.to_path_buf(),
@@ -246,7 +246,7 @@ impl Bound {
         }
     }
 
-    fn remove(&self) {
+    pub(crate) fn remove(&self) {
         use std::os::unix::fs::MetadataExt;
         let now = std::fs::symlink_metadata(&self.path)
             .ok()

@@ -15,6 +15,7 @@ use super::SyslogStats;
 use crate::rings::client::truncate as prefix;
 use crate::rings::drops::Drops;
 use crate::rings::{CurrentRing, EmitError, Event, Level, Ring};
+use crate::trusted::{Senders, Trusted};
 use base64::Engine;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -100,6 +101,10 @@ struct Fields<'a> {
     gid: Option<u32>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     no_credentials: bool,
+    /// `comm`, `exe`, `unit`, `boot_id`: eventd's, from `/proc` and the
+    /// kernel (`crate::trusted`).
+    #[serde(flatten)]
+    trusted: Trusted<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hostname: Option<&'a str>,
     /// The PROCID the message claims (the `pid` column is the kernel's).
@@ -163,6 +168,8 @@ pub struct Ingest {
     /// any is, a receiver does not wait for room in the ring.
     store_failing: Arc<AtomicU64>,
     drops: Arc<Drops>,
+    /// What eventd read of senders in `/proc`.
+    senders: Arc<Senders>,
     fields: Vec<u8>,
 }
 
@@ -175,6 +182,7 @@ impl Clone for Ingest {
             stop: self.stop.clone(),
             store_failing: self.store_failing.clone(),
             drops: self.drops.clone(),
+            senders: self.senders.clone(),
             fields: Vec::new(),
         }
     }
@@ -194,6 +202,7 @@ pub struct IngestParts {
     pub ring: Arc<CurrentRing>,
     pub store_failing: Arc<AtomicU64>,
     pub drops: Arc<Drops>,
+    pub senders: Arc<Senders>,
 }
 
 impl Ingest {
@@ -205,6 +214,7 @@ impl Ingest {
             stop,
             store_failing: parts.store_failing,
             drops: parts.drops,
+            senders: parts.senders,
             fields: Vec::with_capacity(4096),
         }
     }
@@ -234,11 +244,15 @@ impl Ingest {
         let ring = self.ring.refresh(&mut self.cached).clone();
         let max = ring.geometry().payload_bytes_max();
         let cut = received_len > bytes.len();
+        let sender = credentials.and_then(|c| self.senders.lookup(c.pid, c.uid, c.gid));
         let event = build(
             &parsed,
             bytes,
             received_len,
-            credentials,
+            Sender {
+                credentials,
+                trusted: Trusted::of(sender.as_deref()),
+            },
             transport,
             max,
             &mut self.fields,
@@ -257,10 +271,46 @@ impl Ingest {
             s.truncated.fetch_add(1, Ordering::Relaxed);
         }
         let event = event.as_event(&self.fields);
-        if self.room(&ring) {
-            self.emit(&ring, &event);
+        self.store_in(&ring, &event);
+    }
+
+    /// Stores an event built elsewhere (a line of service output) the way
+    /// a syslog message is stored: into eventd's own ring once it has
+    /// room, else dropped and counted (see [`room`](Self::room)). Counted
+    /// as received.
+    pub fn store(&mut self, event: &Event<'_>) {
+        self.stats.received.fetch_add(1, Ordering::Relaxed);
+        if self.stop.load(Ordering::Relaxed) {
+            self.stats.rejected_stopping.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let ring = self.ring.refresh(&mut self.cached).clone();
+        self.store_in(&ring, event);
+    }
+
+    /// The largest payload a record of the ring holds now.
+    pub fn payload_bytes_max(&mut self) -> usize {
+        self.ring
+            .refresh(&mut self.cached)
+            .geometry()
+            .payload_bytes_max()
+    }
+
+    /// The senders' cache this ingest looks processes up in.
+    pub fn senders(&self) -> &Arc<Senders> {
+        &self.senders
+    }
+
+    /// The counters this ingest adds to.
+    pub fn stats(&self) -> &SyslogStats {
+        &self.stats
+    }
+
+    fn store_in(&self, ring: &Ring, event: &Event<'_>) {
+        if self.room(ring) {
+            self.emit(ring, event);
         } else {
-            self.drop(&event);
+            self.drop(event);
         }
     }
 
@@ -324,22 +374,22 @@ pub fn stored_event<'e>(
     parsed: &'e Parsed<'_>,
     raw: &[u8],
     received_len: usize,
-    credentials: Option<Credentials>,
+    sender: Sender<'_>,
     transport: Transport,
     max: usize,
     fields: &'e mut Vec<u8>,
 ) -> Option<Event<'e>> {
-    let built = build(
-        parsed,
-        raw,
-        received_len,
-        credentials,
-        transport,
-        max,
-        fields,
-    )?;
+    let built = build(parsed, raw, received_len, sender, transport, max, fields)?;
     let fields: &'e Vec<u8> = fields;
     Some(built.as_event(fields))
+}
+
+/// Who sent a message: the kernel's credentials, and what eventd read of
+/// the process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sender<'a> {
+    pub credentials: Option<Credentials>,
+    pub trusted: Trusted<'a>,
 }
 
 /// What goes into the ring, before the borrow of the fields buffer.
@@ -378,7 +428,7 @@ fn build<'p>(
     parsed: &'p Parsed<'_>,
     raw: &[u8],
     received_len: usize,
-    credentials: Option<Credentials>,
+    sender: Sender<'_>,
     transport: Transport,
     max: usize,
     fields: &mut Vec<u8>,
@@ -396,12 +446,14 @@ fn build<'p>(
     if !problems.is_empty() && !keep_raw {
         problems.push("raw bytes not kept (too long)");
     }
+    let credentials = sender.credentials;
     let mut f = Fields {
         transport: transport.name(),
         format: parsed.format.name(),
         facility: parse::facility_name(parsed.facility),
         gid: credentials.map(|c| c.gid),
         no_credentials: credentials.is_none(),
+        trusted: sender.trusted,
         hostname: parsed.hostname.as_deref(),
         procid: parsed.procid.as_deref(),
         msgid: parsed.msgid.as_deref(),
@@ -468,7 +520,10 @@ mod tests {
             &parsed,
             input,
             input.len(),
-            creds,
+            Sender {
+                credentials: creds,
+                trusted: Trusted::default(),
+            },
             Transport::Datagram,
             max,
             &mut buf,
@@ -492,7 +547,14 @@ mod tests {
             &parsed,
             input,
             input.len(),
-            Some(creds),
+            Sender {
+                credentials: Some(creds),
+                trusted: Trusted {
+                    comm: Some("nginx"),
+                    unit: Some("nginx.service"),
+                    ..Trusted::default()
+                },
+            },
             Transport::Datagram,
             16000,
             &mut buf,
@@ -512,6 +574,14 @@ mod tests {
         assert_eq!(f["timestamp"], "2026-11-30T10:00:00Z");
         assert_eq!(f["timestamp_ns"], 1_796_032_800_000_000_000_i64);
         assert_eq!(f["sd"]["req@1"]["id"], "7");
+        assert_eq!(
+            (&f["comm"], &f["unit"]),
+            (&"nginx".into(), &"nginx.service".into())
+        );
+        assert!(
+            f.get("exe").is_none(),
+            "what eventd does not know is left out"
+        );
         assert!(f.get("problems").is_none() && f.get("raw_base64").is_none());
     }
 

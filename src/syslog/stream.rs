@@ -43,7 +43,9 @@ const STOP_CHECK: Duration = Duration::from_millis(500);
 /// for someone else).
 const IDLE_MAX: Duration = Duration::from_secs(600);
 
-pub(super) struct Shared {
+/// A listener's connections and their bounds (the syslog stream socket's,
+/// and, with a budget of its own, the service-output socket's).
+pub(crate) struct Shared {
     pub stats: Arc<SyslogStats>,
     pub stop: Arc<AtomicBool>,
     pub connections: AtomicU64,
@@ -56,7 +58,7 @@ pub(super) struct Shared {
 }
 
 impl Shared {
-    pub(super) fn new(stats: Arc<SyslogStats>, stop: Arc<AtomicBool>) -> Shared {
+    pub(crate) fn new(stats: Arc<SyslogStats>, stop: Arc<AtomicBool>) -> Shared {
         Shared {
             stats,
             stop,
@@ -93,17 +95,86 @@ impl Shared {
     }
 }
 
-/// Gives a connection's slot and share back when its thread ends (or when
-/// the thread could not be started).
-struct Admitted<'a> {
-    shared: &'a Shared,
+/// A connection let in: its slot and its uid's share, given back when
+/// dropped (when its thread ends, or when the thread could not start).
+pub(crate) struct Admitted {
+    shared: Arc<Shared>,
     uid: u32,
 }
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         self.shared.give_share_back(self.uid);
         self.shared.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a connection was closed at accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Its uid holds its share ([`CONNECTIONS_PER_UID_MAX`]).
+    Share,
+    /// [`CONNECTIONS_MAX`] are open.
+    Total,
+}
+
+impl Shared {
+    /// Lets a connection from `uid` in: the uid's share first (a uid over
+    /// it is refused for that reason even when the total is also
+    /// reached), then the total. A refusal is counted.
+    pub(crate) fn admit(self: &Arc<Self>, uid: u32) -> Result<Admitted, Refused> {
+        if !self.take_share(uid) {
+            self.stats
+                .rejected_connections_share
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Refused::Share);
+        }
+        let taken = self
+            .connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < CONNECTIONS_MAX).then_some(n + 1)
+            });
+        if taken.is_err() {
+            self.give_share_back(uid);
+            self.stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Refused::Total);
+        }
+        Ok(Admitted {
+            shared: self.clone(),
+            uid,
+        })
+    }
+
+    /// Serves an admitted connection on a thread of its own (`name`),
+    /// joined at stop; its slot is given back when `serve` returns.
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        name: &str,
+        admitted: Admitted,
+        serve: impl FnOnce(&Shared) + Send + 'static,
+    ) {
+        let inner = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _admitted = admitted;
+                serve(&inner);
+            });
+        let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished connections are joined as new ones come: the list stays
+        // as long as the connections open now.
+        threads.retain(|t| !t.is_finished());
+        match spawned {
+            Ok(t) => threads.push(t),
+            // The closure, and with it the admission, was dropped unrun:
+            // the slot is back already.
+            Err(e) => tracing::error!(
+                error = %e,
+                "{name} connection dropped: cannot start a thread"
+            ),
+        }
     }
 }
 
@@ -132,57 +203,20 @@ pub(super) fn accept_loop(
         };
         let creds = peer(&stream);
         let uid = creds.map_or(u32::MAX, |c| c.uid);
-        // The uid's share first: a uid over it is refused for that reason
-        // even when the total is also reached.
-        if !shared.take_share(uid) {
-            shared
-                .stats
-                .rejected_connections_share
-                .fetch_add(1, Ordering::Relaxed);
-            continue; // dropping the stream closes it
-        }
-        let taken = shared
-            .connections
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < CONNECTIONS_MAX).then_some(n + 1)
-            });
-        if taken.is_err() {
-            shared.give_share_back(uid);
-            shared
-                .stats
-                .rejected_connections
-                .fetch_add(1, Ordering::Relaxed);
+        // A refused connection is closed as the stream drops.
+        let Ok(admitted) = shared.admit(uid) else {
             continue;
-        }
-        let (ingest, inner) = (ingest.clone(), shared.clone());
-        let spawned = std::thread::Builder::new()
-            .name("syslog-stream".into())
-            .spawn(move || {
-                let _admitted = Admitted {
-                    shared: &inner,
-                    uid,
-                };
-                serve(stream, creds, ingest, &inner);
-            });
-        let mut threads = shared.threads.lock().unwrap_or_else(|p| p.into_inner());
-        // Finished connections are joined as new ones come: the list stays
-        // as long as the connections open now.
-        threads.retain(|t| !t.is_finished());
-        match spawned {
-            Ok(t) => threads.push(t),
-            Err(e) => {
-                // The closure was dropped unrun: give its slot back here.
-                drop(Admitted {
-                    shared: &shared,
-                    uid,
-                });
-                tracing::error!(error = %e, "syslog stream connection dropped: cannot start a thread");
-            }
-        }
+        };
+        let ingest = ingest.clone();
+        shared.spawn("syslog-stream", admitted, move |inner| {
+            serve(stream, creds, ingest, inner)
+        });
     }
 }
 
-fn peer(stream: &UnixStream) -> Option<Credentials> {
+/// The credentials of a connection's peer (SO_PEERCRED): the process that
+/// connected, as it was when it connected.
+pub(crate) fn peer(stream: &UnixStream) -> Option<Credentials> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,

@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 use eventd::query::render::{Format, Output};
 use eventd::rings::Level;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -63,6 +64,9 @@ pub enum Command {
     /// The ClickHouse export: create the tables, see how far it got.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Run a command with each line of its stdout and stderr stored as an
+    /// event, record how it ended, and exit as it did (systemd-cat's role).
+    Run(RunArgs),
 }
 
 /// `eventctl query`: journalctl's options where it has one (its short
@@ -304,4 +308,25 @@ pub enum SchemaArg {
 pub struct StatusArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
+}
+
+#[derive(clap::Args)]
+/// `eventctl run`: systemd-cat's role (docs/emitting.md).
+pub struct RunArgs {
+    /// The provider of the command's lines (default: the command's name).
+    #[arg(long, short = 't', value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The level of a stdout line that has no <N> prefix.
+    #[arg(long, short = 'p', default_value = "info")]
+    pub level: Level,
+    /// The level of a stderr line that has no <N> prefix.
+    #[arg(long, default_value = "warning")]
+    pub stderr_level: Level,
+    /// Whether a line may start with <N> (0-7), its level (sd-daemon.h's
+    /// prefixes; removed from the line).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub level_prefix: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }

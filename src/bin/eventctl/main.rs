@@ -15,6 +15,7 @@ mod cli;
 mod export;
 mod pager;
 mod query;
+mod run;
 mod sink;
 mod stdio;
 
@@ -75,6 +76,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Command::Shards => report(&socket, Request::Shards),
         Command::Config => report(&socket, Request::Config),
         Command::Export(command) => export::run(&settings, command),
+        Command::Run(r) => run::run(&settings, r),
     }
 }
 

@@ -132,6 +132,36 @@ fn level_name(level: u8) -> &'static str {
     Level::from_u8(level).map_or("?", Level::name)
 }
 
+/// A ring as a gap line names it: `cpu 3`, `cpu syslog`, `cpu kernel`.
+fn ring_number(cpu: u32) -> std::borrow::Cow<'static, str> {
+    if crate::rings::is_own_ring(cpu) {
+        crate::rings::ring_name(cpu)
+    } else {
+        cpu.to_string().into()
+    }
+}
+
+/// Where an event came from, as text output shows it: `cpu3` for a
+/// producer's event in a CPU ring; for eventd's own rings the source:
+/// `kernel`, `syslog`, or, for service output (`fields.transport`
+/// `stdout`), its stream (`stdout`, `stderr`; `exit` for the exit record).
+pub fn source(cpu: u32, fields: Option<&str>) -> std::borrow::Cow<'static, str> {
+    if cpu != crate::rings::SYSLOG_RING_CPU {
+        return crate::rings::ring_name(cpu);
+    }
+    let parsed = fields.and_then(|f| serde_json::from_str::<serde_json::Value>(f).ok());
+    let field = |key: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get(key)?.as_str().map(str::to_string))
+    };
+    match field("transport").as_deref() {
+        Some("stdout") => field("stream").unwrap_or_else(|| "exit".into()).into(),
+        Some("eventd") => "eventd".into(),
+        _ => "syslog".into(),
+    }
+}
+
 impl<W: Write> Renderer<W> {
     /// Times in the system's zone, the kernel's host name: see
     /// [`in_zone`](Self::in_zone) and [`on_host`](Self::on_host).
@@ -204,9 +234,9 @@ impl<W: Write> Renderer<W> {
         };
         write!(
             self.out,
-            "{} cpu{} #{} {on}{level:<7}{off} {}/{}[{}]: {on}{}{off}",
+            "{} {} #{} {on}{level:<7}{off} {}/{}[{}]: {on}{}{off}",
             time(e.ts),
-            e.cpu,
+            source(e.cpu, e.fields.as_deref()),
             e.seq,
             clean(&e.provider),
             clean(&e.name),
@@ -316,7 +346,7 @@ impl<W: Write> Renderer<W> {
         format!(
             "-- {} events lost{on} on cpu {} ({}, sequences {}..={}) between {} and {} --",
             g.lost,
-            g.cpu,
+            ring_number(g.cpu),
             clean(&g.reason),
             g.from_seq,
             g.to_seq,
@@ -337,6 +367,48 @@ impl<W: Write> Renderer<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_output_names_the_source_of_eventds_own_events() {
+        use crate::rings::{KERNEL_RING_CPU, SYSLOG_RING_CPU};
+        assert_eq!(source(3, Some(r#"{"transport":"stdout"}"#)), "cpu3");
+        assert_eq!(source(KERNEL_RING_CPU, None), "kernel");
+        assert_eq!(
+            source(SYSLOG_RING_CPU, Some(r#"{"transport":"dgram"}"#)),
+            "syslog"
+        );
+        let line = r#"{"transport":"stdout","stream":"stderr"}"#;
+        assert_eq!(source(SYSLOG_RING_CPU, Some(line)), "stderr");
+        assert_eq!(
+            source(SYSLOG_RING_CPU, Some(r#"{"transport":"stdout"}"#)),
+            "exit"
+        );
+        assert_eq!(
+            source(SYSLOG_RING_CPU, Some(r#"{"transport":"eventd"}"#)),
+            "eventd"
+        );
+        assert_eq!(source(SYSLOG_RING_CPU, Some("not json")), "syslog");
+        let row = EventRow {
+            ts: 0,
+            cpu: KERNEL_RING_CPU,
+            seq: 9,
+            ring_epoch: 1,
+            pid: 0,
+            tid: 0,
+            uid: 0,
+            level: 3,
+            provider: "kernel".into(),
+            name: "kern".into(),
+            message: "oops".into(),
+            fields: None,
+        };
+        let mut out = Vec::new();
+        Renderer::new(&mut out, Format::Text, false)
+            .event(&row)
+            .unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains(" kernel #9 err "), "{out}");
+    }
 
     #[test]
     fn control_characters_from_producers_are_escaped() {

@@ -86,6 +86,11 @@ pub enum LossReason {
     /// one gap row whose `lost` is their number. Never returned by the
     /// reader; the syslog drain records it.
     Dropped,
+    /// Kernel log records the kernel overwrote in its buffer before eventd
+    /// read them: one gap row whose `lost` is their exact number (the jump
+    /// in the kernel's sequence numbers). Never returned by the reader;
+    /// the kernel ring's drain records it.
+    KernelOverwritten,
 }
 
 impl LossReason {
@@ -96,6 +101,7 @@ impl LossReason {
             LossReason::Corrupt => "corrupt",
             LossReason::RingLost => "ring_lost",
             LossReason::Dropped => "dropped",
+            LossReason::KernelOverwritten => "kernel_overwritten",
         }
     }
 }
@@ -218,6 +224,9 @@ pub struct RingReader {
     lost: u64,
     /// The first impossible page word found; the reader reads no further.
     scribble: Option<Scribble>,
+    /// A second reader beside the ring's drain ([`RingReader::looking`]):
+    /// it never publishes its position.
+    looks_only: bool,
 }
 
 impl RingReader {
@@ -259,6 +268,18 @@ impl RingReader {
             delivered: 0,
             lost: 0,
             scribble: None,
+            looks_only: false,
+        }
+    }
+
+    /// A reader that only looks at what the ring holds, from `position`,
+    /// beside the ring's drain: it publishes no position (producers judge
+    /// the room left by the drain's). Before its producers start only: it
+    /// still marks records whose producer died, as any reader does.
+    pub fn looking(ring: Arc<Ring>, position: ReadPosition) -> Self {
+        RingReader {
+            looks_only: true,
+            ..Self::resume(ring, position)
         }
     }
 
@@ -687,6 +708,9 @@ impl RingReader {
     }
 
     fn publish_position(&self) {
+        if self.looks_only {
+            return;
+        }
         let p = self.position();
         // Relaxed: monitoring only; receipts are the recovery authority.
         let mem = &self.ring.mem;
