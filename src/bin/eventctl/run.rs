@@ -62,12 +62,7 @@ fn start(settings: &Settings, args: &RunArgs) -> Result<i32, (i32, anyhow::Error
     };
     let addr = SocketAddr::new(path).map_err(|e| (FAILED, e))?;
     find_command(&args.command[0])?;
-    let provider = match &args.provider {
-        Some(p) => p.clone(),
-        None => std::path::Path::new(&args.command[0])
-            .file_name()
-            .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned()),
-    };
+    let provider = provider_of(args);
     let header = |stream, level| Header {
         stream,
         identifier: provider.clone(),
@@ -101,13 +96,9 @@ fn start(settings: &Settings, args: &RunArgs) -> Result<i32, (i32, anyhow::Error
             path.display()
         )
     });
-    let child = match child {
-        Ok(c) => c,
-        Err(e) => {
-            restore_signals(&blocked);
-            return Err((FAILED, e));
-        }
-    };
+    let child = child
+        .inspect_err(|_| restore_signals(&blocked))
+        .map_err(|e| (FAILED, e))?;
     let pid = child.id() as i32;
     CHILD.store(pid, Ordering::SeqCst);
     pass_signals_on();
@@ -122,14 +113,27 @@ fn start(settings: &Settings, args: &RunArgs) -> Result<i32, (i32, anyhow::Error
         exit: Some((pid, ending)),
         ..header(Stream::Exit, level)
     };
-    if let Err(e) = report_exit(path, &report) {
-        eprintln!(
-            "eventctl run: how {:?} ended was not recorded: {e:#}",
-            args.command[0]
-        );
-    }
+    record_ending(path, &report, &args.command[0]);
     reap(child);
     Ok(ending.code())
+}
+
+/// `--provider`, else the command's file name.
+fn provider_of(args: &RunArgs) -> String {
+    match &args.provider {
+        Some(p) => p.clone(),
+        None => std::path::Path::new(&args.command[0])
+            .file_name()
+            .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned()),
+    }
+}
+
+/// Tells eventd how the command ended; a failure is said, not fatal (the
+/// command ran, and its code is still the one to exit with).
+fn record_ending(path: &std::path::Path, report: &Header, command: &std::ffi::OsStr) {
+    if let Err(e) = report_exit(path, report) {
+        eprintln!("eventctl run: how {command:?} ended was not recorded: {e:#}");
+    }
 }
 
 /// Looks for the command as `execvp` will: a name with a `/` as it is, any
