@@ -10,6 +10,7 @@
 //! cargo run --release -p eventd-perf -- export        # into a private ClickHouse cluster
 //! cargo run --release -p eventd-perf -- clients --messages 200000
 //! cargo run --release -p eventd-perf -- fields        # 100 M events queried by field
+//! cargo run --release -p eventd-perf -- host-sources --messages 200000
 //! ```
 
 mod ceiling;
@@ -19,6 +20,7 @@ mod clients;
 mod cluster;
 mod exportbench;
 mod fieldsbench;
+mod hostbench;
 mod load;
 mod pipeline;
 mod querybench;
@@ -175,6 +177,11 @@ pub(crate) enum Scenario {
     /// --day-events over --day-shards, with and without indexes
     /// (--insert-rows for the insert cost).
     Fields,
+    /// The host's own sources: kernel records (/dev/kmsg) read and stored
+    /// beside syslog datagrams, and the CPU per captured line of
+    /// `eventctl run` beside `systemd-cat` into journald and `logger`
+    /// (--messages records per path; root).
+    HostSources,
     /// Baseline and every sweep.
     All,
 }
@@ -195,6 +202,7 @@ impl Scenario {
             Scenario::Clients => "clients",
             Scenario::Scale => "scale",
             Scenario::Fields => "fields",
+            Scenario::HostSources => "host-sources",
             Scenario::All => "all",
         }
     }
@@ -259,6 +267,10 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::Export {
             last = Some(exportbench::run(&args, &setup, sizes, &work)?);
+            continue;
+        }
+        if scenario == Scenario::HostSources {
+            last = Some(hostbench::run(&setup.eventd, &work, args.messages)?);
             continue;
         }
         if scenario == Scenario::Syslog {

@@ -153,6 +153,7 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
         | Scenario::Clients
         | Scenario::Scale
         | Scenario::Fields
+        | Scenario::HostSources
         | Scenario::Export => {
             unreachable!("handled by main")
         }

@@ -72,7 +72,7 @@ pub struct PeerRun {
 }
 
 /// CPU time (ns) of the process `pid` and of all its descendants.
-fn tree_cpu_ns(pid: u32) -> u64 {
+pub(crate) fn tree_cpu_ns(pid: u32) -> u64 {
     let own = crate::system::stat_cpu_ns(&format!("/proc/{pid}/stat")).unwrap_or(0);
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| d.filter_map(|t| t.ok()).collect::<Vec<_>>())
@@ -92,7 +92,7 @@ fn tree_cpu_ns(pid: u32) -> u64 {
 
 /// CPU time (ns) of the live threads of `pid` by name, digits and a
 /// trailing '-' dropped (`writer-001` counts as `writer`).
-fn threads_cpu_ns(pid: u32) -> std::collections::BTreeMap<String, u64> {
+pub(crate) fn threads_cpu_ns(pid: u32) -> std::collections::BTreeMap<String, u64> {
     let mut by = std::collections::BTreeMap::new();
     for (name, ns) in crate::system::threads_cpu(&format!("/proc/{pid}")) {
         let stage = name
@@ -131,7 +131,7 @@ fn message(i: u64) -> Vec<u8> {
     m
 }
 
-fn sigterm(child: &mut Child) -> anyhow::Result<()> {
+pub(crate) fn sigterm(child: &mut Child) -> anyhow::Result<()> {
     // SAFETY: kill with the pid of a child not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -207,6 +207,9 @@ fn apt_install(packages: &[&str]) -> anyhow::Result<()> {
 struct Eventd {
     child: Child,
     data: PathBuf,
+    /// Events committed before the bench sent anything (eventd's boot
+    /// marker).
+    before: u64,
 }
 
 fn start_eventd(binary: &Path, dir: &Path, config: Option<&Path>) -> anyhow::Result<Eventd> {
@@ -222,7 +225,18 @@ fn start_eventd(binary: &Path, dir: &Path, config: Option<&Path>) -> anyhow::Res
         &binary.display().to_string(),
         &[data.join("run/query.sock"), data.join("run/syslog.sock")],
     )?;
-    Ok(Eventd { child, data })
+    let mut eventd = Eventd {
+        child,
+        data,
+        before: 0,
+    };
+    // Its boot marker, committed before the bench starts counting.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while eventd.stored()? == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eventd.before = eventd.stored()?;
+    Ok(eventd)
 }
 
 impl Running for Eventd {
@@ -247,7 +261,7 @@ impl Running for Eventd {
                 Ok(true)
             },
         )?;
-        Ok(total)
+        Ok(total.saturating_sub(self.before))
     }
 
     fn stop(&mut self) -> anyhow::Result<()> {
@@ -260,7 +274,11 @@ fn check_eventd(data: &Path, eventctl: &Path, n: u64) -> anyhow::Result<(u64, bo
     let mut rows = 0u64;
     for path in eventd::store::list_databases(&data.join("store"))? {
         let c = rusqlite::Connection::open(&path)?;
-        rows += c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
+        rows += c.query_row(
+            "SELECT count(*) FROM events WHERE provider = 'bench'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )? as u64;
     }
     let probe = format!("message {:07} ", n / 2);
     let out = run_cmd(Command::new(eventctl).arg("--data-dir").arg(data).args([
@@ -369,9 +387,64 @@ impl Running for Rsyslog {
 
 // ---- journald ----
 
-struct Journald {
+pub(crate) struct Journald {
     child: Child,
     dir: PathBuf,
+}
+
+impl Journald {
+    /// journald alone in private namespaces, its files under `dir`.
+    pub(crate) fn start(dir: &Path) -> anyhow::Result<Journald> {
+        start_journald(dir)
+    }
+
+    /// journald's own process (unshare's child), which `nsenter` can
+    /// enter.
+    pub(crate) fn daemon_pid(&self) -> Option<i32> {
+        let pid = self.child.id();
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .ok()?
+            .split_whitespace()
+            .find_map(|c| c.parse().ok())
+    }
+
+    pub(crate) fn stop_now(&mut self) -> anyhow::Result<()> {
+        Running::stop(self)
+    }
+
+    /// The process whose tree's CPU time is journald's.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// The number in the last entry of `identifier` in the journal under
+/// `dir` (`captured 00001234 ...`), or 0.
+pub(crate) fn journal_last(dir: &Path, identifier: &str) -> anyhow::Result<u64> {
+    let out = run_cmd(
+        Command::new("journalctl")
+            .arg("-D")
+            .arg(journal_dir(dir)?)
+            .args(["-n", "1", "-o", "cat", "-q"])
+            .arg(format!("SYSLOG_IDENTIFIER={identifier}")),
+    )?;
+    Ok(out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Entries of `identifier` in the journal under `dir`.
+pub(crate) fn journal_lines(dir: &Path, identifier: &str) -> anyhow::Result<u64> {
+    let out = run_cmd(
+        Command::new("journalctl")
+            .arg("-D")
+            .arg(journal_dir(dir)?)
+            .args(["-o", "cat", "-q"])
+            .arg(format!("SYSLOG_IDENTIFIER={identifier}")),
+    )?;
+    Ok(out.lines().count() as u64)
 }
 
 fn start_journald(dir: &Path) -> anyhow::Result<Journald> {

@@ -225,11 +225,13 @@ fn serve(stream: UnixStream, creds: Option<Credentials>, served: &Served) {
         let _ = writer.write_all(answer.as_bytes());
         return;
     }
+    // Counted open before the client hears `ok`: an exit report sent once
+    // the command ran then waits for this connection's lines.
+    let _open = creds.map(|c| served.outputs.opened(c));
     if writer.write_all(b"ok\n").is_err() {
         return;
     }
     drop(writer);
-    let _open = creds.map(|c| served.outputs.opened(c));
     let (mut text, mut fields) = (String::new(), Vec::new());
     let max = ingest.payload_bytes_max();
     loop {
