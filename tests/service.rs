@@ -739,3 +739,47 @@ fn a_passed_descriptor_eventd_cannot_use_is_refused_by_number_and_name() {
         "{text}"
     );
 }
+
+#[test]
+fn a_passed_stream_socket_at_the_stdout_socket_path_serves_service_output() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // As the package's eventd.socket holds them: the syslog stream socket
+    // and the service output socket in one unit, so under one name.
+    std::fs::create_dir_all(data.join("run")).unwrap();
+    let stdout_path = data.join("run/stdout.sock");
+    let stream_path = data.join("run/syslog-stream.sock");
+    let stdout = std::os::unix::net::UnixListener::bind(&stdout_path).unwrap();
+    let stream = std::os::unix::net::UnixListener::bind(&stream_path).unwrap();
+    let held = [
+        (stream.as_raw_fd(), "eventd.socket"),
+        (stdout.as_raw_fd(), "eventd.socket"),
+    ];
+    let inode = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    let stdout_inode = inode(&stdout_path);
+    let eventd = start_with_sockets(&data, &held);
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["run", "-t", "passed", "--", "sh", "-c"])
+        .arg("echo 'through the passed socket'; exit 2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}\n{}", read(&eventd.log));
+    let got = wait_for_stored(&data, "passed", 2);
+    assert_eq!(got, ["exited with status 2", "through the passed socket"]);
+    // The other passed stream socket is still a syslog one.
+    let mut conn = std::os::unix::net::UnixStream::connect(&stream_path).unwrap();
+    conn.write_all(b"<13>streamed: a syslog line\n").unwrap();
+    drop(conn);
+    assert_eq!(wait_for_stored(&data, "streamed", 1), ["a syslog line"]);
+    let text = read(&eventd.log);
+    assert!(text.contains("passed by the service manager"), "{text}");
+    eventd.stop();
+    // The socket is the manager's: eventd neither bound another nor
+    // removed it.
+    assert_eq!(inode(&stdout_path), stdout_inode);
+}

@@ -299,8 +299,13 @@ impl Daemon {
         tunables: &Tunables,
         active: Vec<ActiveShard>,
         hook: &FailureHook,
-        sockets: Activation,
+        mut sockets: Activation,
     ) -> Result<(), DaemonError> {
+        // A passed stream socket at StdoutSocket's path is that socket.
+        let stdout = settings
+            .stdout_socket
+            .as_deref()
+            .and_then(|path| sockets.syslog.take_stream_at(path));
         sockets.log();
         self.start_export(settings, tunables, hook)?;
         self.start_retention(settings, tunables, active)?;
@@ -334,7 +339,7 @@ impl Daemon {
                 self.state.syslog.clone(),
             )?);
         }
-        self.sources = Some(sources::start(settings, &self.state)?);
+        self.sources = Some(sources::start(settings, &self.state, stdout)?);
         self.lock.mark_ready()?;
         Ok(())
     }

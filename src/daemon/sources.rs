@@ -48,8 +48,12 @@ pub(super) fn attach_kernel_ring(
 }
 
 /// Stores the boot marker, then starts the kernel log reader and the
-/// service-output socket.
-pub(super) fn start(settings: &Settings, state: &DaemonState) -> Result<Running, DaemonError> {
+/// service-output socket (`passed`: the one the service manager made).
+pub(super) fn start(
+    settings: &Settings,
+    state: &DaemonState,
+    passed: Option<crate::syslog::Passed<std::os::unix::net::UnixListener>>,
+) -> Result<Running, DaemonError> {
     store_boot_marker(state);
     let mut running = Running::default();
     let syslog_ring = ring_of(state, crate::rings::SYSLOG_RING_CPU);
@@ -62,6 +66,7 @@ pub(super) fn start(settings: &Settings, state: &DaemonState) -> Result<Running,
         };
         running._stdout = Some(crate::stream::StreamListener::start(
             path,
+            passed.map(|p| p.socket),
             parts,
             state.sources.stdout.clone(),
         )?);

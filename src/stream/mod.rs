@@ -53,7 +53,8 @@ pub struct StreamListener {
     wake: OwnedFd,
     accept: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
-    bound: crate::syslog::Bound,
+    /// The socket file eventd made (none for a passed socket).
+    bound: Option<crate::syslog::Bound>,
 }
 
 /// What every connection of the listener shares.
@@ -65,12 +66,15 @@ struct Served {
 }
 
 impl StreamListener {
-    /// Binds the socket at `path` (mode 0666; a dead listener's socket
-    /// file is replaced, a live one or another file refused) and starts
+    /// Serves `passed`, the socket the service manager made at `path`
+    /// (socket activation: never bound, nor removed, here), or else binds
+    /// the socket at `path` (mode 0666; a dead listener's socket file is
+    /// replaced, a live one or another file refused); then starts
     /// accepting. `stats` counts lines as a syslog listener counts
     /// messages, and refused connections.
     pub fn start(
         path: &Path,
+        passed: Option<UnixListener>,
         parts: IngestParts,
         stats: Arc<SyslogStats>,
     ) -> Result<StreamListener, SyslogError> {
@@ -78,11 +82,10 @@ impl StreamListener {
             path: path.to_path_buf(),
             source,
         };
-        crate::syslog::bind_path(path, true)?;
-        let socket = UnixListener::bind(path).map_err(err)?;
-        let bound = crate::syslog::Bound::new(path);
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+        let (socket, bound) = match passed {
+            Some(socket) => (socket, None),
+            None => bind(path)?,
+        };
         socket.set_nonblocking(true).map_err(err)?;
         let wake = eventfd().map_err(err)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -98,7 +101,8 @@ impl StreamListener {
             .name("stdout-accept".into())
             .spawn(move || accept_loop(socket, wake_fd, served))
             .map_err(SyslogError::Spawn)?;
-        tracing::info!(socket = %path.display(), "service output socket listening");
+        let how = if bound.is_some() { "bound" } else { "passed by the service manager" };
+        tracing::info!(socket = %path.display(), how, "service output socket listening");
         Ok(StreamListener {
             stop,
             wake,
@@ -130,8 +134,24 @@ impl Drop for StreamListener {
         for t in threads {
             let _ = t.join();
         }
-        self.bound.remove();
+        if let Some(bound) = &self.bound {
+            bound.remove();
+        }
     }
+}
+
+/// Binds the socket at `path`, mode 0666.
+fn bind(path: &Path) -> Result<(UnixListener, Option<crate::syslog::Bound>), SyslogError> {
+    let err = |source| SyslogError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    crate::syslog::bind_path(path, true)?;
+    let socket = UnixListener::bind(path).map_err(err)?;
+    let bound = crate::syslog::Bound::new(path);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(err)?;
+    Ok((socket, Some(bound)))
 }
 
 /// Waits in `poll` on the listener and the stop eventfd; accepts,

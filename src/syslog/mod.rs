@@ -151,6 +151,18 @@ impl PassedSockets {
     pub fn is_empty(&self) -> bool {
         self.datagrams.is_empty() && self.streams.is_empty()
     }
+
+    /// Takes out the passed stream socket bound at `path`, if there is
+    /// one: it is not a syslog socket (the service-output socket is
+    /// matched to its passed descriptor this way, as the syslog sockets
+    /// are to theirs).
+    pub fn take_stream_at(&mut self, path: &Path) -> Option<Passed<UnixListener>> {
+        let at = self
+            .streams
+            .iter()
+            .position(|p| p.path.as_deref() == Some(path))?;
+        Some(self.streams.remove(at))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
