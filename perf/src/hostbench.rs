@@ -379,7 +379,12 @@ fn systemd_cat(work: &Path, n: u64) -> anyhow::Result<SourceRun> {
     })?;
     let after = Usage::now(cpu());
     let stored = syslogbench::journal_lines(&dir, "bench")?;
-    let run = after.run(&before, "systemd-cat → journald", (n, stored, 0), Some(client));
+    let run = after.run(
+        &before,
+        "systemd-cat → journald",
+        (n, stored, 0),
+        Some(client),
+    );
     journald.stop_now()?;
     Ok(run)
 }

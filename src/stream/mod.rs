@@ -101,7 +101,11 @@ impl StreamListener {
             .name("stdout-accept".into())
             .spawn(move || accept_loop(socket, wake_fd, served))
             .map_err(SyslogError::Spawn)?;
-        let how = if bound.is_some() { "bound" } else { "passed by the service manager" };
+        let how = if bound.is_some() {
+            "bound"
+        } else {
+            "passed by the service manager"
+        };
         tracing::info!(socket = %path.display(), how, "service output socket listening");
         Ok(StreamListener {
             stop,
