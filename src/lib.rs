@@ -40,8 +40,9 @@
 //! - [`errors`]: error text for the command-line tools.
 //! - [`version`]: the version line of both binaries (commit, profile).
 //!
-//! Beside them, two leaves any stage may use: [`threads`] (watched threads
-//! and the failure hook) and [`access`] (above). `docs/architecture.md`
+//! Beside them, leaves any stage may use: [`threads`] (watched threads
+//! and the failure hook), [`access`] (above) and [`redact`] (credentials
+//! kept out of shown text). `docs/architecture.md`
 //! follows one event through these modules, file by file.
 //!
 //! Everything but `sync`, `channel`, `rings` and `routing` uses std threads
@@ -70,6 +71,8 @@ pub mod kmsg;
 pub mod metrics;
 #[cfg(not(loom))]
 pub mod query;
+#[cfg(not(loom))]
+pub mod redact;
 #[cfg(not(loom))]
 pub mod retention;
 pub mod rings;

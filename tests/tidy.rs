@@ -73,7 +73,7 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
         "one field per configuration key",
     ),
     (
-        "src/config/mod.rs",
+        "src/config/export.rs",
         "export_settings",
         "one field per export key",
     ),

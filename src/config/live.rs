@@ -2,9 +2,9 @@
 //!
 //! A reload reads the file again and validates it whole. If it is invalid,
 //! the running configuration stays and the log says why. Otherwise live keys
-//! apply at once (MaxBatchSize: the writers' next commit threshold, never a
-//! channel; the retention limits; ExportBatchRows, ExportNice, ExportUser
-//! and ExportPasswordFile, from the next batch), and restart-only keys
+//! apply at once ([`LIVE_KEYS`]; MaxBatchSize: the writers' next commit
+//! threshold, never a channel; the retention limits; the export keys but
+//! ExportUrl and ExportDatabase, from the next batch), and restart-only keys
 //! (StorageShards, the directories, RingBytes, MaxConcurrentQueries,
 //! QueryIndexes, QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
 //! ExportUrl, ExportDatabase) are deferred: logged once and shown by
@@ -14,6 +14,21 @@ use super::{ConfigFile, Settings};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// The keys a reload applies at once (every other key waits for a
+/// restart). `docs/reference/config.md` says the same, checked by a test.
+pub const LIVE_KEYS: &[&str] = &[
+    "MaxBatchSize",
+    "RetentionMaxAge",
+    "RetentionMaxBytes",
+    "ExportBatchRows",
+    "ExportNice",
+    "ExportUser",
+    "ExportPasswordFile",
+    "ExportCAFile",
+    "ExportCertFile",
+    "ExportKeyFile",
+];
 
 /// The configuration as it runs, and what waits for a restart.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -33,7 +48,13 @@ pub struct LiveConfig {
     state: Mutex<LiveState>,
     /// The writers read MaxBatchSize from here before each batch.
     max_batch: Arc<AtomicU64>,
+    /// The stages' own live handles, each given the settings after every
+    /// reload that was taken ([`LiveConfig::on_reload`]).
+    appliers: Mutex<Vec<Applier>>,
 }
+
+/// Writes the live part of the settings into one stage's handle.
+pub type Applier = Box<dyn Fn(&Settings) + Send + Sync>;
 
 impl LiveConfig {
     pub fn new(file: Option<PathBuf>, settings: Settings, max_batch: Arc<AtomicU64>) -> Self {
@@ -46,7 +67,29 @@ impl LiveConfig {
                 last_error: None,
             }),
             max_batch,
+            appliers: Mutex::new(Vec::new()),
         }
+    }
+
+    fn apply(&self, effective: &Settings) {
+        for apply in self
+            .appliers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            apply(effective);
+        }
+    }
+
+    /// Gives `apply` the running settings after every reload that is
+    /// taken: how a stage (the export) gets its live keys without reading
+    /// this loader.
+    pub fn on_reload(&self, apply: Applier) {
+        self.appliers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(apply);
     }
 
     pub fn file(&self) -> Option<&Path> {
@@ -103,34 +146,46 @@ impl LiveConfig {
             state.effective.retention_max_age = new.retention_max_age;
             state.effective.retention_max_bytes = new.retention_max_bytes;
         }
-        if let (Some(old), Some(new)) = (&old.export, &new.export) {
-            // The live keys apply even when a restart-only one (ExportUrl,
-            // ExportDatabase) changed too: that one alone is deferred.
-            let live = crate::export::ExportSettings {
-                url: old.url.clone(),
-                database: old.database.clone(),
-                ..new.clone()
-            };
-            if &live != old {
-                tracing::info!(
-                    batch_rows = live.batch_rows,
-                    user = ?live.user,
-                    "export settings changed; they apply to the next batches"
-                );
-                state.effective.export = Some(live);
-            }
+        if let Some(live) = live_export(&old, &new) {
+            state.effective.export = Some(live);
         }
         let deferred = restart_only_changes(&state.effective, &new);
         for line in deferred.iter().filter(|l| !state.deferred.contains(l)) {
             tracing::warn!(change = %line, "deferred to the next restart");
         }
         state.deferred = deferred;
+        // Under the state's lock, so two reloads apply in the order they
+        // were taken; an applier only takes its own handle's lock.
+        self.apply(&state.effective);
         tracing::info!(
             file = %file.display(),
             deferred = state.deferred.len(),
             "configuration reloaded"
         );
     }
+}
+
+/// The export keys to run with after a reload from `old` to `new`, when a
+/// live one changed: the live keys apply even when a restart-only one
+/// (ExportUrl, ExportDatabase) changed too; that one alone is deferred.
+fn live_export(old: &Settings, new: &Settings) -> Option<super::ExportSettings> {
+    let (Some(old), Some(new)) = (&old.export, &new.export) else {
+        return None;
+    };
+    let live = super::ExportSettings {
+        url: old.url.clone(),
+        database: old.database.clone(),
+        ..new.clone()
+    };
+    if &live == old {
+        return None;
+    }
+    tracing::info!(
+        batch_rows = live.batch_rows,
+        user = ?live.user,
+        "export settings changed; they apply to the next batches"
+    );
+    Some(live)
 }
 
 /// Restart-only keys whose value in `file` differs from the running one.
@@ -215,7 +270,7 @@ fn restart_only_changes(running: &Settings, file: &Settings) -> Vec<String> {
         running.host_name.clone(),
         file.host_name.clone(),
     );
-    let export = |s: &Settings, f: fn(&crate::export::ExportSettings) -> String| {
+    let export = |s: &Settings, f: fn(&super::ExportSettings) -> String| {
         s.export.as_ref().map_or("unset".to_string(), f)
     };
     check(

@@ -7,8 +7,11 @@
 //! against the data directory and every value checked against its range. A
 //! bad value is reported with its key, the value and the allowed range.
 
+mod export;
 pub mod live;
 pub mod watch;
+
+pub use export::{ExportSettings, TlsFiles};
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -140,7 +143,7 @@ pub struct ConfigFile {
     /// The client certificate's private key (PEM, not readable by every
     /// local user); relative to the data directory.
     pub export_key_file: Option<PathBuf>,
-    /// The export threads' niceness, 0..=19 (default 10): below the
+    /// The export threads' niceness, 0..=19 (default 19): below the
     /// ingestion threads, so that a busy host ingests first.
     pub export_nice: Option<i64>,
 }
@@ -218,7 +221,7 @@ pub struct Settings {
     /// `HostName`.
     pub host_name: String,
     /// The export keys; `None` when `ExportUrl` is unset (no export).
-    pub export: Option<crate::export::ExportSettings>,
+    pub export: Option<ExportSettings>,
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
@@ -230,7 +233,7 @@ impl ConfigFile {
         toml::from_str(text).map_err(|e: toml::de::Error| ConfigError::Parse {
             path: path.to_path_buf(),
             // It quotes the line: an ExportUrl's credentials stay out.
-            message: crate::export::redact::patterns(&parse_problem(text, &e)),
+            message: crate::redact::patterns(&parse_problem(text, &e)),
         })
     }
 
@@ -341,103 +344,6 @@ impl ConfigFile {
                 )?),
             },
         })
-    }
-}
-
-impl ConfigFile {
-    /// The export keys, checked; `None` without `ExportUrl`.
-    fn export_settings(
-        &self,
-        data_dir: &Path,
-    ) -> Result<Option<crate::export::ExportSettings>, ConfigError> {
-        let range = |key, value: &dyn std::fmt::Debug, allowed: &str| ConfigError::Range {
-            key,
-            value: format!("{value:?}"),
-            allowed: allowed.to_string(),
-        };
-        let Some(url) = &self.export_url else {
-            return Ok(None);
-        };
-        let url = url.trim();
-        if let Some(what) = crate::export::redact::url_credentials(url) {
-            return Err(ConfigError::Credentials {
-                key: "ExportUrl",
-                value: format!("{:?}", crate::export::redact::url(url)),
-                what,
-            });
-        }
-        // Errors quote the value: shown without credentials all the same.
-        let url_shown = crate::export::redact::url(url);
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-            .ok_or_else(|| {
-                range(
-                    "ExportUrl",
-                    &url_shown,
-                    "an http:// or https:// URL of ClickHouse's HTTP interface, such as \
-                     \"http://127.0.0.1:8123/\" or \"https://clickhouse.example:8443/\"",
-                )
-            })?;
-        if rest.is_empty() || rest.starts_with('/') || url.chars().any(char::is_whitespace) {
-            return Err(range(
-                "ExportUrl",
-                &url_shown,
-                "an http:// or https:// URL with a host",
-            ));
-        }
-        if self.export_cert_file.is_some() != self.export_key_file.is_some() {
-            let (set, unset) = if self.export_cert_file.is_some() {
-                ("ExportCertFile", "ExportKeyFile")
-            } else {
-                ("ExportKeyFile", "ExportCertFile")
-            };
-            return Err(ConfigError::Range {
-                key: set,
-                value: "set".to_string(),
-                allowed: format!("only together with {unset} (a client certificate and its key)"),
-            });
-        }
-        let database = self
-            .export_database
-            .clone()
-            .unwrap_or_else(|| EXPORT_DATABASE_DEFAULT.to_string());
-        let plain = |c: char| c.is_ascii_alphanumeric() || c == '_';
-        if database.is_empty() || !database.chars().all(plain) {
-            return Err(range(
-                "ExportDatabase",
-                &database,
-                "letters, digits and underscores",
-            ));
-        }
-        if let Some(user) = &self.export_user {
-            if user.is_empty() || user.chars().any(|c| c.is_control() || c == ':') {
-                return Err(range("ExportUser", user, "a ClickHouse user name"));
-            }
-        }
-        Ok(Some(crate::export::ExportSettings {
-            url: url.to_string(),
-            database,
-            batch_rows: ranged(
-                "ExportBatchRows",
-                self.export_batch_rows,
-                EXPORT_BATCH_ROWS_DEFAULT,
-                EXPORT_BATCH_ROWS_RANGE,
-            )?,
-            nice: ranged(
-                "ExportNice",
-                self.export_nice,
-                EXPORT_NICE_DEFAULT,
-                EXPORT_NICE_RANGE,
-            )? as i32,
-            user: self.export_user.clone(),
-            password_file: under(data_dir, &self.export_password_file),
-            tls: crate::export::tls::TlsFiles {
-                ca_file: under(data_dir, &self.export_ca_file),
-                cert_file: under(data_dir, &self.export_cert_file),
-                key_file: under(data_dir, &self.export_key_file),
-            },
-        }))
     }
 }
 

@@ -284,3 +284,33 @@ fn durations_are_reported_as_the_file_writes_them() {
     let v = serde_json::to_value(resolve("").unwrap()).unwrap();
     assert!(v["retention_max_age"].is_null());
 }
+
+#[test]
+fn the_config_reference_lists_every_key() {
+    let doc = include_str!("../../docs/reference/config.md");
+    // Its table's rows: "| `Key` | type | default | range | applies |".
+    let rows: Vec<(&str, &str)> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .map(|l| {
+            let key = l.split('`').next().unwrap_or("");
+            let applies = l.trim_end_matches('|').rsplit('|').next().unwrap_or("");
+            (key, applies.trim())
+        })
+        .collect();
+    let refusal = resolve("NoSuchKey = 1").unwrap_err().to_string();
+    let mut known: Vec<&str> = refusal.split('`').skip(3).step_by(2).collect();
+    assert!(known.len() > 20, "{refusal}");
+    let mut documented: Vec<&str> = rows.iter().map(|(k, _)| *k).collect();
+    known.sort_unstable();
+    documented.sort_unstable();
+    assert_eq!(documented, known, "docs/reference/config.md's keys");
+    for (key, applies) in rows {
+        let want = if super::live::LIVE_KEYS.contains(&key) {
+            "live"
+        } else {
+            "restart"
+        };
+        assert_eq!(applies, want, "{key} in docs/reference/config.md");
+    }
+}

@@ -364,12 +364,23 @@ impl Daemon {
             t.workers = self.state.shards.len().clamp(1, crate::export::WORKERS_MAX);
         }
         let policy = self.state.policy;
+        let live = Arc::new(crate::export::live::LiveExport::new(export.clone()));
+        let handle = live.clone();
+        self.live.on_reload(Box::new(move |s| {
+            if let Some(e) = &s.export {
+                handle.set(e.clone());
+            }
+        }));
+        // A reload taken before the applier was registered.
+        if let Some(e) = self.live.state().effective.export {
+            live.set(e);
+        }
         let inputs = crate::export::ExportInputs {
             data_dir: settings.data_dir.clone(),
             store_dir: settings.store_dir.clone(),
             host: settings.host_name.clone(),
             settings: export,
-            live: self.live.clone(),
+            live,
             health: self.state.health.clone(),
             floors,
             status,

@@ -12,6 +12,7 @@
 //! is masked ([`super::redact`]) and control characters are escaped
 //! ([`crate::query::render::clean`]).
 
+pub use super::literal::{ident, quote};
 use super::redact::Redactor;
 use std::io::Read;
 use std::time::Duration;
@@ -36,7 +37,7 @@ impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the password.
         f.debug_struct("Endpoint")
-            .field("url", &super::redact::url(&self.url))
+            .field("url", &crate::redact::url(&self.url))
             .field("user", &self.user)
             .finish_non_exhaustive()
     }
@@ -142,7 +143,7 @@ impl Client {
         let redactor = Redactor::new(user, password);
         Client {
             agent,
-            shown_url: super::redact::url(&endpoint.url),
+            shown_url: crate::redact::url(&endpoint.url),
             endpoint,
             auth,
             redactor,
@@ -261,27 +262,6 @@ pub fn parse_version(text: &str) -> Vec<u32> {
         .split('.')
         .map_while(|p| p.parse().ok())
         .collect()
-}
-
-/// `text` as a ClickHouse string literal.
-pub fn quote(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push('\'');
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
-            '\0' => out.push_str("\\0"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// `name` as a ClickHouse identifier (back-quoted).
-pub fn ident(name: &str) -> String {
-    format!("`{}`", name.replace('\\', "\\\\").replace('`', "\\`"))
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@
 //! RowBinary. Gaps are those whose span meets the window, per host, in
 //! `(detected_at, host, cpu, from_seq, ring_epoch)` order.
 
-use super::clickhouse::{ident, quote, ClickHouseError, Client};
+use super::clickhouse::{ClickHouseError, Client};
 use super::format::{DecodeError, Reader, EVENT_READ_COLUMNS, GAP_READ_COLUMNS};
+use super::literal::{ident, quote};
 use crate::query::filter::{is_glob, OWN_RINGS_FROM};
 use crate::query::{Filter, Order};
 use crate::store::rows::{EventRow, GapRow};

@@ -24,6 +24,8 @@
 //!   [`catalogue`]: all of them with sample values (`eventctl export sql`).
 //! - [`password`]: `ExportPasswordFile`, read without waiting on it.
 //! - [`redact`]: the password kept out of every text the export shows.
+//! - [`live`]: the live keys, as the last reload left them.
+//! - [`literal`]: ClickHouse string literals and identifiers.
 //! - [`fleet`]: `eventctl query --cluster`, the same queries over the
 //!   fleet.
 
@@ -33,6 +35,8 @@ pub mod cluster;
 pub mod fleet;
 pub mod format;
 pub mod init;
+pub mod literal;
+pub mod live;
 pub mod password;
 pub mod redact;
 pub mod source;
@@ -43,7 +47,6 @@ pub mod tls;
 pub mod walroom;
 pub mod worker;
 
-use crate::config::live::LiveConfig;
 use crate::store::retention::ExportFloors;
 use crate::store::StoreHealth;
 use crate::threads::{spawn_watched, FailureHook, Stop, Watched};
@@ -51,32 +54,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::config::ExportSettings;
 pub use password::read_password_file;
 pub use status::{ExportReport, ExportStatus};
-
-/// The export keys of the configuration, checked.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ExportSettings {
-    /// `ExportUrl`: ClickHouse's HTTP interface (restart-only). It holds no
-    /// credentials (the configuration refuses them); shown redacted all
-    /// the same.
-    #[serde(serialize_with = "redact::serialize_url")]
-    pub url: String,
-    /// `ExportDatabase` (restart-only).
-    pub database: String,
-    /// `ExportBatchRows` (live).
-    pub batch_rows: u64,
-    /// `ExportNice` (live): the export threads' niceness, 0..=19.
-    pub nice: i32,
-    /// `ExportUser` (live).
-    pub user: Option<String>,
-    /// `ExportPasswordFile` (live; read again every few seconds).
-    pub password_file: Option<PathBuf>,
-    /// `ExportCAFile`, `ExportCertFile`, `ExportKeyFile` (live; read again
-    /// with the password file).
-    #[serde(flatten)]
-    pub tls: tls::TlsFiles,
-}
 
 /// How the stage runs (internal sizes, set by tests and the load harness).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,7 +88,8 @@ pub struct ExportInputs {
     pub store_dir: PathBuf,
     pub host: String,
     pub settings: ExportSettings,
-    pub live: Arc<LiveConfig>,
+    /// The live keys, which a reload writes into.
+    pub live: Arc<live::LiveExport>,
     pub health: Arc<StoreHealth>,
     pub floors: Arc<ExportFloors>,
     /// What the workers report to (made by the daemon, which shows it).
@@ -243,7 +224,7 @@ impl Exporter {
             }
         }
         tracing::info!(
-            url = %redact::url(&inputs.settings.url),
+            url = %crate::redact::url(&inputs.settings.url),
             database = %inputs.settings.database,
             host = %inputs.host,
             workers = count,

@@ -8,8 +8,8 @@
 //! table through `remote()`, every address its own shard so that the
 //! answer is the union of all of them.
 
-use super::clickhouse::{ident, quote};
 use super::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
+use super::literal::{ident, quote};
 use super::state::Table;
 
 /// Where eventd's tables are.

@@ -115,7 +115,7 @@ impl ExportStatus {
         ExportStatus {
             head: Mutex::new(ExportReport {
                 host: host.to_string(),
-                url: super::redact::url(url),
+                url: crate::redact::url(url),
                 database: database.to_string(),
                 ..ExportReport::default()
             }),

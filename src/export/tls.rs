@@ -15,6 +15,7 @@
 //! said once and the certificates that worked stay in use.
 
 use super::password::Guard;
+use crate::config::TlsFiles;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
@@ -26,17 +27,6 @@ pub const CA_FILE_BYTES_MAX: u64 = 4 << 20;
 pub const CERT_FILE_BYTES_MAX: u64 = 1 << 20;
 /// The largest key file taken.
 pub const KEY_FILE_BYTES_MAX: u64 = 64 << 10;
-
-/// The TLS keys of the configuration: paths, resolved.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct TlsFiles {
-    /// `ExportCAFile`: PEM certificates trusted instead of the system's.
-    pub ca_file: Option<PathBuf>,
-    /// `ExportCertFile`: the client's certificate chain (PEM).
-    pub cert_file: Option<PathBuf>,
-    /// `ExportKeyFile`: its private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    pub key_file: Option<PathBuf>,
-}
 
 /// What the files held when read: compared with the next reading to see a
 /// change, and made into a client configuration.
@@ -59,52 +49,50 @@ impl std::fmt::Debug for TlsMaterial {
     }
 }
 
-impl TlsFiles {
-    /// Reads the files that are set.
-    pub fn read(&self) -> Result<TlsMaterial, String> {
-        let read = |path: &Option<PathBuf>, guard: Guard| -> Result<_, String> {
-            match path {
-                None => Ok(None),
-                Some(p) => Ok(Some((p.clone(), guard.read(p)?))),
-            }
-        };
-        if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(
-                "ExportCertFile and ExportKeyFile go together: set both (a client \
-                        certificate and its key) or neither"
-                    .to_string(),
-            );
+/// Reads the files of `files` that are set.
+pub fn read(files: &TlsFiles) -> Result<TlsMaterial, String> {
+    let read_one = |path: &Option<PathBuf>, guard: Guard| -> Result<_, String> {
+        match path {
+            None => Ok(None),
+            Some(p) => Ok(Some((p.clone(), guard.read(p)?))),
         }
-        Ok(TlsMaterial {
-            ca: read(
-                &self.ca_file,
-                Guard {
-                    key: "ExportCAFile",
-                    holds: "PEM certificates",
-                    max_bytes: CA_FILE_BYTES_MAX,
-                    secret: false,
-                },
-            )?,
-            cert: read(
-                &self.cert_file,
-                Guard {
-                    key: "ExportCertFile",
-                    holds: "a PEM certificate chain",
-                    max_bytes: CERT_FILE_BYTES_MAX,
-                    secret: false,
-                },
-            )?,
-            key: read(
-                &self.key_file,
-                Guard {
-                    key: "ExportKeyFile",
-                    holds: "one PEM private key",
-                    max_bytes: KEY_FILE_BYTES_MAX,
-                    secret: true,
-                },
-            )?,
-        })
+    };
+    if files.cert_file.is_some() != files.key_file.is_some() {
+        return Err(
+            "ExportCertFile and ExportKeyFile go together: set both (a client \
+                        certificate and its key) or neither"
+                .to_string(),
+        );
     }
+    Ok(TlsMaterial {
+        ca: read_one(
+            &files.ca_file,
+            Guard {
+                key: "ExportCAFile",
+                holds: "PEM certificates",
+                max_bytes: CA_FILE_BYTES_MAX,
+                secret: false,
+            },
+        )?,
+        cert: read_one(
+            &files.cert_file,
+            Guard {
+                key: "ExportCertFile",
+                holds: "a PEM certificate chain",
+                max_bytes: CERT_FILE_BYTES_MAX,
+                secret: false,
+            },
+        )?,
+        key: read_one(
+            &files.key_file,
+            Guard {
+                key: "ExportKeyFile",
+                holds: "one PEM private key",
+                max_bytes: KEY_FILE_BYTES_MAX,
+                secret: true,
+            },
+        )?,
+    })
 }
 
 /// Whether `url` asks for TLS.
@@ -201,7 +189,7 @@ pub fn for_url(
     if !is_https(url) {
         return Ok((None, TlsMaterial::default()));
     }
-    let material = files.read()?;
+    let material = read(files)?;
     Ok((Some(client_config(&material)?), material))
 }
 
@@ -278,7 +266,7 @@ mod tests {
             cert_file: Some(PathBuf::from("/nonexistent/client.pem")),
             ..TlsFiles::default()
         };
-        let e = files.read().unwrap_err();
+        let e = read(&files).unwrap_err();
         assert!(
             e.contains("ExportCertFile") && e.contains("ExportKeyFile"),
             "{e}"
@@ -294,7 +282,7 @@ mod tests {
             ca_file: Some(path.clone()),
             ..TlsFiles::default()
         };
-        let e = client_config(&files.read().unwrap()).unwrap_err();
+        let e = client_config(&read(&files).unwrap()).unwrap_err();
         assert!(
             e.contains("ExportCAFile") && e.contains(&path.display().to_string()),
             "{e}"

@@ -32,7 +32,6 @@ use super::state::{Counts, ExportState, Intent, StateError, Table};
 use super::status::{ClusterStatus, ExportStatus};
 use super::walroom::WalRoom;
 use super::ExportSettings;
-use crate::config::live::LiveConfig;
 use crate::query::render::clean;
 use crate::store::retention::{ExportFloors, Exported};
 use crate::store::StoreHealth;
@@ -80,7 +79,7 @@ pub struct WorkerParts {
     pub state_path: PathBuf,
     pub host: String,
     pub settings: ExportSettings,
-    pub live: Arc<LiveConfig>,
+    pub live: Arc<super::live::LiveExport>,
     pub floors: Arc<ExportFloors>,
     pub status: Arc<ExportStatus>,
     pub health: Arc<StoreHealth>,
@@ -285,9 +284,7 @@ impl ExportWorker {
     /// The live keys: ExportBatchRows, ExportNice, ExportUser,
     /// ExportPasswordFile.
     fn apply_live(&mut self) {
-        let Some(settings) = self.parts.live.state().effective.export else {
-            return;
-        };
+        let settings = self.parts.live.get();
         self.ctx.batch_rows = settings.batch_rows;
         self.apply_nice(settings.nice);
         if settings.user != self.parts.settings.user
@@ -534,7 +531,7 @@ fn read_credentials(s: &ExportSettings, previous: &Credentials) -> Result<Creden
     let (tls_files, tls) = if !super::tls::is_https(&s.url) {
         Default::default()
     } else {
-        let files = s.tls.read()?;
+        let files = super::tls::read(&s.tls)?;
         match &previous.tls {
             Some(config) if files == previous.tls_files => (files, Some(config.clone())),
             _ => {

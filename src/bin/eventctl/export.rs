@@ -24,12 +24,12 @@ pub fn connect(settings: &Settings, args: &ClusterArgs) -> anyhow::Result<(Clien
     else {
         bail!("no ClickHouse URL: give --url (or set ExportUrl in the configuration)");
     };
-    if let Some(what) = eventd::export::redact::url_credentials(&url) {
+    if let Some(what) = eventd::redact::url_credentials(&url) {
         bail!(
             "the URL {} holds {what}: give the user with ExportUser (or --user for export \
              init) and the password on the first line of a file named by ExportPasswordFile \
              (or --password-file)",
-            clean(&eventd::export::redact::url(&url))
+            clean(&eventd::redact::url(&url))
         );
     }
     let database = args
