@@ -168,6 +168,7 @@ const ROOTS: &[&str] = &[
     "storh/src",
     "clients/c/src",
     "clients/tracing/src",
+    "clients/python/src",
     "perf/src",
     "packaging/gen/src",
 ];
