@@ -4,11 +4,14 @@
 //! them through bounded handoff channels to one writer thread per SQLite shard.
 //! The modules follow the data path, each depending only on those below it:
 //!
-//! - [`sync`]: std or loom atomics and futexes, the only place that knows loom.
+//! - [`sync`]: std or loom atomics and futexes, the only place that knows loom
+//!   (from the `eventd-producer` crate).
 //! - [`access`]: who may emit, query and read files; the modes and groups
-//!   of everything eventd makes (a leaf: it depends on nothing here).
+//!   of everything eventd makes (a leaf, from `eventd-producer`).
 //! - [`channel`]: the handoff channel between drain threads and a shard writer.
-//! - [`rings`]: the per-CPU KMES event rings, their producers and reader.
+//! - [`rings`]: the per-CPU KMES event rings, their producers and reader
+//!   (the `eventd-producer` crate, which programs that only emit use
+//!   without the daemon).
 //! - [`routing`]: shard count, descriptor planning, assignment and stripes
 //!   (the seed's rules R1–R5), pure functions.
 //! - [`drain`]: the drain threads, the items they hand a shard writer, the
@@ -53,7 +56,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(not(loom))]
-pub mod access;
+pub use eventd_producer::access;
 pub mod channel;
 #[cfg(not(loom))]
 pub mod config;
@@ -75,13 +78,13 @@ pub mod query;
 pub mod redact;
 #[cfg(not(loom))]
 pub mod retention;
-pub mod rings;
+pub use eventd_producer::rings;
 pub mod routing;
 #[cfg(not(loom))]
 pub mod store;
 #[cfg(not(loom))]
 pub mod stream;
-pub mod sync;
+pub use eventd_producer::sync;
 #[cfg(not(loom))]
 pub mod syslog;
 #[cfg(not(loom))]

@@ -1,6 +1,6 @@
-//! Model tests of a KMES ring: reserve, page switch, overwrite, commit, the
-//! seqlock-checked copy and the reader's futex sleep, on a ring of two
-//! 64-byte pages (one 7-word record each), so three events lap it.
+//! Model tests of a KMES ring (the `eventd-producer` crate): reserve, page
+//! switch, overwrite, commit, the seqlock-checked copy and the reader's
+//! futex sleep, on a ring of two 64-byte pages (one 7-word record each), so three events lap it.
 //!
 //! Checked in every interleaving: no record fails its checks (nobody
 //! scribbles here, so that would be a torn copy), no torn or mixed-up event is delivered
@@ -11,9 +11,9 @@
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p eventd-loom-tests --release`
 #![cfg(loom)]
 
-use eventd::rings::format::Geometry;
-use eventd::rings::{Event, Level, LossReason, Ring, RingItem, RingReader};
-use eventd::sync::Arc;
+use eventd_producer::rings::format::Geometry;
+use eventd_producer::rings::{Event, Level, LossReason, Ring, RingItem, RingReader};
+use eventd_producer::sync::Arc;
 use loom::thread;
 
 const MESSAGES: [&str; 3] = ["a0", "a1", "b0"];

@@ -7,7 +7,7 @@
  *   eventd_close(ev);
  *
  * Build:  cc prog.c -I clients/c/include -L target/release -leventd
- *         (static: target/release/libeventd.a -lpthread -ldl -lm)
+ *         (static: target/release/libeventd.a -lpthread -ldl -lm -Wl,--gc-sections)
  *
  * One emit writes one record into the ring of the CPU the calling thread
  * runs on: no system call, no lock, never a wait for eventd. An emit that
@@ -86,6 +86,10 @@ void eventd_close(eventd_t *ev);
 
 /* A static description of a result code; never NULL, never to be freed. */
 const char *eventd_strerror(int code);
+
+/* The library's version ("0.1.0"), static; never NULL, never to be freed.
+ * A program built against one version may check the one it runs with. */
+const char *eventd_version(void);
 
 #ifdef __cplusplus
 }

@@ -253,3 +253,13 @@ pub extern "C" fn eventd_strerror(code: c_int) -> *const c_char {
     };
     s.as_ptr()
 }
+
+/// The library's version, a static NUL-terminated string ("0.1.0").
+#[no_mangle]
+pub extern "C" fn eventd_version() -> *const c_char {
+    const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
+    VERSION.as_ptr().cast()
+}
+
+#[cfg(test)]
+mod abi;

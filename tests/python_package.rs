@@ -1,0 +1,120 @@
+//! The Python package as a Python user gets it: a fresh venv,
+//! `pip install ./clients/python` (maturin builds the native extension;
+//! pip fetches maturin from the package index), then a script that uses
+//! `eventd.emit` with typed fields and `eventd.Handler` from `logging`
+//! against a real eventd. The stored rows keep the fields' JSON types, and
+//! the handler's counts outlive close().
+
+mod common;
+
+use common::{wait_for_events, Eventd, EVENTCTL};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A venv under `dir` with the package installed from this checkout.
+fn venv_with_package(dir: &Path) -> PathBuf {
+    let venv = dir.join("venv");
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .expect("python3 (apt-get install -y python3 python3-venv)");
+    assert!(made.success(), "python3 -m venv");
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(repo.join("clients/python"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pip install ./clients/python: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    venv.join("bin/python")
+}
+
+const SCRIPT: &str = r#"
+import logging, os, sys
+import eventd
+
+eventd.configure(provider="py-emit")
+assert eventd.emit("paid", level=eventd.NOTICE, order=42, amount=63.5, rush=True, who="ann")
+
+handler = eventd.Handler(provider="py-logging")
+log = logging.getLogger("shop.orders")
+log.addHandler(handler)
+log.setLevel(logging.INFO)
+log.warning("order %s is late", 7, extra={"order": 7, "late": False})
+pid = os.fork()
+if pid == 0:
+    log.info("from the child", extra={"child": True})
+    os._exit(0)
+os.waitpid(pid, 0)
+handler.close()
+log.error("after close")
+print("closed: emitted", handler.emitted, "dropped", handler.dropped)
+"#;
+
+fn rows(data: &Path, provider: &str) -> Vec<Value> {
+    let out = Command::new(EVENTCTL)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["query", "--provider", provider, "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("seq").is_some())
+        .collect()
+}
+
+#[test]
+fn pip_installed_package_emits_typed_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = venv_with_package(dir.path());
+    let data = dir.path().join("data");
+    let eventd = Eventd::start(&data, None);
+    let out = Command::new(&python)
+        .args(["-c", SCRIPT])
+        .env("EVENTD_KMES_DIR", data.join("kmes"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The parent wrote one record, the closed handler dropped one.
+    assert!(stdout.contains("closed: emitted 1 dropped 1"), "{stdout}");
+    wait_for_events(&data, 3);
+    let emitted = rows(&data, "py-emit");
+    assert_eq!(emitted.len(), 1, "{emitted:?}");
+    assert_eq!(emitted[0]["level"], 5, "notice");
+    assert_eq!(
+        emitted[0]["fields"],
+        json!({"order": 42, "amount": 63.5, "rush": true, "who": "ann"})
+    );
+    let logged = rows(&data, "py-logging");
+    assert_eq!(logged.len(), 2, "{logged:?}");
+    let late = logged
+        .iter()
+        .find(|r| r["message"] == "order 7 is late")
+        .unwrap();
+    assert_eq!(late["name"], "shop.orders");
+    assert_eq!(late["level"], 4, "warning");
+    assert_eq!(late["fields"], json!({"order": 7, "late": false}));
+    let child = logged
+        .iter()
+        .find(|r| r["message"] == "from the child")
+        .unwrap();
+    assert_eq!(child["fields"], json!({"child": true}));
+    assert_ne!(child["pid"], late["pid"], "the child's own pid");
+    eventd.stop();
+}
