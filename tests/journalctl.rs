@@ -747,6 +747,9 @@ fn on_terminal(s: &Store, args: &[&str], env: &[(&str, &str)]) -> String {
     let mut cmd = s.command("UTC", args);
     cmd.stdout(slave.try_clone().unwrap())
         .stderr(Stdio::piped());
+    // The tests run as root, where only less would be run (secure mode):
+    // off unless a test sets it.
+    cmd.env("SYSTEMD_PAGERSECURE", "0");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -836,4 +839,27 @@ fn a_pager_reads_the_output_on_a_terminal_only() {
     // A pager that quits at once (as `q` in less) ends eventctl quietly.
     let screen = on_terminal(&s, &["-o", "cat"], &[("PAGER", "true")]);
     assert!(!screen.contains("job done"), "{screen}");
+    // Secure mode (journalctl's, on for root unless SYSTEMD_PAGERSECURE=0):
+    // a pager other than less is not run; less is, with LESSSECURE=1.
+    let secure = [("SYSTEMD_PAGERSECURE", "1")];
+    let screen = on_terminal(&s, &["-o", "cat"], &[secure[0], ("PAGER", &pager("sec"))]);
+    assert!(!paged("sec").exists());
+    assert!(screen.contains("job done"), "{screen}");
+    let less = dir.path().join("less");
+    std::fs::write(
+        &less,
+        format!(
+            "#!/bin/sh\nenv > {}\ncat > /dev/null\n",
+            paged("lessenv").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&less, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    on_terminal(
+        &s,
+        &["-o", "cat"],
+        &[secure[0], ("PAGER", less.to_str().unwrap())],
+    );
+    let env = std::fs::read_to_string(paged("lessenv")).unwrap();
+    assert!(env.lines().any(|l| l == "LESSSECURE=1"), "{env}");
 }

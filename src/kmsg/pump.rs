@@ -256,7 +256,7 @@ impl<S: Source> Pump<S> {
         }
         (self.fields, self.boot_id) = (fields, boot_id);
         self.last_ts_ns = Some(ts_ns);
-        self.advance(record.seq + 1);
+        self.advance(record.seq.saturating_add(1));
         true
     }
 

@@ -142,7 +142,7 @@ fn newest_in_ring(ring: &Arc<Ring>, boot_id: &str) -> (u64, Option<i64>) {
                 };
                 if let Some((boot, seq)) = covered {
                     if boot == boot_id && seq >= next {
-                        next = seq + 1;
+                        next = seq.saturating_add(1);
                         last_ts = Some(event.ts_ns);
                     }
                 }

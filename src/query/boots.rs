@@ -152,7 +152,7 @@ impl Boots {
                         ))
                     }
                 };
-                let target = at as i64 + offset;
+                let target = (at as i64).saturating_add(*offset);
                 (0..n as i64)
                     .contains(&target)
                     .then_some(target as usize)

@@ -226,6 +226,8 @@ fn refuse(mut stream: UnixStream, why: Refused, uid: u32) {
 /// One connection: its header, the answer, then its lines or its exit
 /// report.
 fn serve(stream: UnixStream, creds: Option<Credentials>, served: &Served) {
+    // The connecting process, as it is now (see `Pinned`).
+    let pin = creds.map(|c| served.ingest.senders().pin(c.pid));
     let _ = stream.set_read_timeout(Some(STOP_CHECK));
     let mut writer = match stream.try_clone() {
         Ok(w) => w,
@@ -267,7 +269,10 @@ fn serve(stream: UnixStream, creds: Option<Credentials>, served: &Served) {
                 return;
             }
         };
-        let info = creds.and_then(|c| ingest.senders().lookup(c.pid, c.uid, c.gid));
+        let info = creds.and_then(|c| {
+            let pin = pin?;
+            ingest.senders().lookup_pinned(pin, c.pid, c.uid, c.gid)
+        });
         let event = lines::line_event(
             &header,
             creds,

@@ -170,6 +170,8 @@ pub struct Ingest {
     drops: Arc<Drops>,
     /// What eventd read of senders in `/proc`.
     senders: Arc<Senders>,
+    /// On a stream connection, its sender as pinned when it was taken.
+    pinned: Option<crate::trusted::cache::Pinned>,
     fields: Vec<u8>,
 }
 
@@ -183,6 +185,7 @@ impl Clone for Ingest {
             store_failing: self.store_failing.clone(),
             drops: self.drops.clone(),
             senders: self.senders.clone(),
+            pinned: self.pinned,
             fields: Vec::new(),
         }
     }
@@ -215,6 +218,7 @@ impl Ingest {
             store_failing: parts.store_failing,
             drops: parts.drops,
             senders: parts.senders,
+            pinned: None,
             fields: Vec::with_capacity(4096),
         }
     }
@@ -244,7 +248,10 @@ impl Ingest {
         let ring = self.ring.refresh(&mut self.cached).clone();
         let max = ring.geometry().payload_bytes_max();
         let cut = received_len > bytes.len();
-        let sender = credentials.and_then(|c| self.senders.lookup(c.pid, c.uid, c.gid));
+        let sender = credentials.and_then(|c| match self.pinned {
+            Some(pin) => self.senders.lookup_pinned(pin, c.pid, c.uid, c.gid),
+            None => self.senders.lookup(c.pid, c.uid, c.gid),
+        });
         let event = build(
             &parsed,
             bytes,
@@ -299,6 +306,12 @@ impl Ingest {
     /// The senders' cache this ingest looks processes up in.
     pub fn senders(&self) -> &Arc<Senders> {
         &self.senders
+    }
+
+    /// For a stream connection: from now on, process facts only of the
+    /// process that made it (see [`crate::trusted::cache::Pinned`]).
+    pub fn pin_sender(&mut self, credentials: Option<Credentials>) {
+        self.pinned = credentials.map(|c| self.senders.pin(c.pid));
     }
 
     /// The counters this ingest adds to.

@@ -241,6 +241,7 @@ pub(crate) fn peer(stream: &UnixStream) -> Option<Credentials> {
 }
 
 fn serve(stream: UnixStream, creds: Option<Credentials>, mut ingest: Ingest, shared: &Shared) {
+    ingest.pin_sender(creds);
     let _ = stream.set_read_timeout(Some(STOP_CHECK));
     let mut reader = Frames::new(stream, &shared.stop);
     let mut frame = Vec::with_capacity(4096);

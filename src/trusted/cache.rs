@@ -65,7 +65,47 @@ pub struct Senders {
     pub stats: SendersStats,
 }
 
+/// The process at the other end of a connection, as it was when the
+/// connection was taken: its start time tells it from a later process given
+/// the same pid. The kernel's credentials of a connection name the pid of
+/// the process that connected; if that process exits and its pid is given
+/// to another (say, a service's), the connection (held open by a child
+/// that inherited it) must not be credited with the newcomer's unit, exe
+/// and command name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinned {
+    /// `None`: the sender was already gone when the connection was taken,
+    /// so no process facts are ever given for it.
+    start_time: Option<u64>,
+}
+
 impl Senders {
+    /// Pins the sender of a connection just taken (see [`Pinned`]). Only
+    /// its start time is read, nothing is cached: a process that connects
+    /// between fork and exec (`eventctl run`) is another command a moment
+    /// later, with the same start time.
+    pub fn pin(&self, pid: i32) -> Pinned {
+        let start_time = (pid > 0)
+            .then(|| super::process::stat(pid).ok())
+            .flatten()
+            .map(|s| s.start_time);
+        Pinned { start_time }
+    }
+
+    /// [`Senders::lookup`] for a pinned connection: `None` once `pid` names
+    /// another process than the one that connected.
+    pub fn lookup_pinned(
+        &self,
+        pin: Pinned,
+        pid: i32,
+        uid: u32,
+        gid: u32,
+    ) -> Option<Arc<ProcessInfo>> {
+        let start = pin.start_time?;
+        self.lookup(pid, uid, gid)
+            .filter(|info| info.start_time == start)
+    }
+
     /// What eventd knows of the process `pid`, which the kernel says sent a
     /// message with `uid` and `gid`; `None` if it has gone and eventd never
     /// saw it, or if `pid` is no process (0: no credentials).
@@ -166,6 +206,24 @@ mod tests {
     fn ids() -> (u32, u32) {
         // SAFETY: getuid and getgid have no preconditions.
         unsafe { (libc::getuid(), libc::getgid()) }
+    }
+
+    #[test]
+    fn a_pinned_connection_gets_no_facts_of_another_process_with_its_pid() {
+        let senders = Senders::default();
+        let (uid, gid) = ids();
+        let pid = std::process::id() as i32;
+        let pin = senders.pin(pid);
+        assert!(pin.start_time.is_some());
+        assert!(senders.lookup_pinned(pin, pid, uid, gid).is_some());
+        // The same pid with another start time: a later process.
+        let other = Pinned {
+            start_time: pin.start_time.map(|t| t + 1),
+        };
+        assert!(senders.lookup_pinned(other, pid, uid, gid).is_none());
+        // A sender gone before the connection was taken: never any facts.
+        let gone = Pinned { start_time: None };
+        assert!(senders.lookup_pinned(gone, pid, uid, gid).is_none());
     }
 
     #[test]

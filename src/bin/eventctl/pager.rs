@@ -2,7 +2,8 @@
 //! journalctl does: `$EVENTD_PAGER`, else `$SYSTEMD_PAGER`, else `$PAGER`,
 //! else `less`, run by `/bin/sh -c`, with `LESS=FRX` when `LESS` is unset
 //! (quit at once when it all fits on one screen, colours through, no
-//! screen clearing). An empty value or `cat` means no pager.
+//! screen clearing). An empty value or `cat` means no pager. Run as root
+//! (or set-id), only `less` is run, in its secure mode (see `secure`).
 
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsRawFd;
@@ -24,6 +25,30 @@ fn command() -> Option<String> {
     (!chosen.is_empty() && chosen != "cat").then(|| chosen.to_string())
 }
 
+/// Whether the pager must not let its user out (a shell, an editor, a
+/// file written), as journalctl decides it: `SYSTEMD_PAGERSECURE` when set
+/// (`0` or `1`), else on for root and for a set-id run. In that mode only
+/// `less` is run, with `LESSSECURE=1`; any other pager is done without.
+/// So that a sudo rule allowing `eventctl query` gives no root shell.
+fn secure() -> bool {
+    match std::env::var("SYSTEMD_PAGERSECURE")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        Some("0") | Some("false") | Some("no") => false,
+        Some("1") | Some("true") | Some("yes") => true,
+        // SAFETY: geteuid and getuid have no preconditions.
+        _ => unsafe { libc::geteuid() == 0 || libc::geteuid() != libc::getuid() },
+    }
+}
+
+/// Whether `command` runs `less` (its first word, any directory).
+fn is_less(command: &str) -> bool {
+    let first = command.split_whitespace().next().unwrap_or_default();
+    first.rsplit('/').next() == Some("less")
+}
+
 impl Pager {
     /// Starts the pager when standard output is a terminal and one is
     /// wanted; from here on standard output is the pager's input. A pager
@@ -33,10 +58,18 @@ impl Pager {
         if !std::io::stdout().is_terminal() {
             return None;
         }
+        let chosen = command()?;
+        let secure = secure();
+        if secure && !is_less(&chosen) {
+            return None;
+        }
         let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg(command()?).stdin(Stdio::piped());
+        cmd.arg("-c").arg(chosen).stdin(Stdio::piped());
         if std::env::var_os("LESS").is_none() {
             cmd.env("LESS", "FRX");
+        }
+        if secure {
+            cmd.env("LESSSECURE", "1");
         }
         let mut child = cmd.spawn().ok()?;
         let input = child.stdin.take()?;
@@ -69,5 +102,19 @@ impl Drop for Pager {
             unsafe { libc::dup2(null.as_raw_fd(), libc::STDOUT_FILENO) };
         }
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_less;
+
+    #[test]
+    fn only_less_counts_as_less() {
+        assert!(is_less("less"));
+        assert!(is_less("/usr/bin/less -S"));
+        assert!(!is_less("most"));
+        assert!(!is_less("sh -c less"));
+        assert!(!is_less("lesspipe"));
     }
 }
