@@ -3,7 +3,8 @@
 //! A reload reads the file again and validates it whole. If it is invalid,
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once (MaxBatchSize: the writers' next commit threshold, never a
-//! channel; the retention limits; ExportBatchRows, ExportNice, ExportUser
+//! channel; RateLimitInterval and RateLimitBurst, for the drains' next
+//! windows; the retention limits; ExportBatchRows, ExportNice, ExportUser
 //! and ExportPasswordFile, from the next batch), and restart-only keys
 //! (StorageShards, the directories, RingBytes, MaxConcurrentQueries,
 //! QueryIndexes, QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
@@ -33,6 +34,8 @@ pub struct LiveConfig {
     state: Mutex<LiveState>,
     /// The writers read MaxBatchSize from here before each batch.
     max_batch: Arc<AtomicU64>,
+    /// The drains read the rate limits from here for each event.
+    rate_limits: Option<Arc<crate::drain::RateLimits>>,
 }
 
 impl LiveConfig {
@@ -46,7 +49,14 @@ impl LiveConfig {
                 last_error: None,
             }),
             max_batch,
+            rate_limits: None,
         }
+    }
+
+    /// Where reloads store `RateLimitInterval` and `RateLimitBurst`.
+    pub fn with_rate_limits(mut self, limits: Arc<crate::drain::RateLimits>) -> Self {
+        self.rate_limits = Some(limits);
+        self
     }
 
     pub fn file(&self) -> Option<&Path> {
@@ -92,6 +102,7 @@ impl LiveConfig {
             );
             state.effective.max_batch_size = new.max_batch_size;
         }
+        self.apply_rate_limit(&mut state, &new);
         if new.retention_max_age != old.retention_max_age
             || new.retention_max_bytes != old.retention_max_bytes
         {
@@ -130,6 +141,25 @@ impl LiveConfig {
             deferred = state.deferred.len(),
             "configuration reloaded"
         );
+    }
+}
+
+impl LiveConfig {
+    /// RateLimitInterval and RateLimitBurst, into the drains' word.
+    fn apply_rate_limit(&self, state: &mut LiveState, new: &Settings) {
+        if new.rate_limit == state.effective.rate_limit {
+            return;
+        }
+        let (interval_ms, burst) = new.rate_limit.as_ms_and_burst();
+        if let Some(limits) = &self.rate_limits {
+            limits.set(interval_ms, burst);
+        }
+        tracing::info!(
+            interval_ms,
+            burst,
+            "RateLimitInterval/RateLimitBurst changed: windows opened from now on use them"
+        );
+        state.effective.rate_limit = new.rate_limit;
     }
 }
 
@@ -264,6 +294,21 @@ mod tests {
         live.reload();
         assert_eq!(live.max_batch.load(Ordering::Relaxed), 7);
         assert_eq!(live.state().effective.max_batch_size, 7);
+        assert!(live.state().deferred.is_empty());
+    }
+
+    #[test]
+    fn rate_limits_apply_live_through_the_drains_word() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "RateLimitBurst = 100\n");
+        let limits = Arc::new(crate::drain::RateLimits::new(30_000, 100));
+        let live = live.with_rate_limits(limits.clone());
+        std::fs::write(&file, "RateLimitInterval = \"5s\"\nRateLimitBurst = 7\n").unwrap();
+        live.reload();
+        assert_eq!(limits.get(), Some((5_000, 7)));
+        std::fs::write(&file, "RateLimitBurst = 0\n").unwrap();
+        live.reload();
+        assert_eq!(limits.get(), None, "0 turns the limits off");
         assert!(live.state().deferred.is_empty());
     }
 
