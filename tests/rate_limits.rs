@@ -197,3 +197,81 @@ fn wait_until_long(what: &str, mut ok: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// With the producer's own budget on (`EVENTD_RATE_LIMIT=10000/30s`, as
+/// `Producer::with_budget`), the flood is refused before it reaches a
+/// ring: nothing laps, the quiet provider and the flood's err-level events
+/// are stored whole, and the refusals are reported into the ring exactly.
+#[test]
+fn the_producers_budget_keeps_the_quiet_provider_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let daemon = Eventd::start(&data, Some(&config(dir.path(), "")));
+    let kmes = data.join("kmes");
+    let flood = Arc::new(Producer::new(&kmes, "flood").with_budget(30_000, 10_000));
+    let quiet = Producer::new(&kmes, "quiet").with_budget(30_000, 10_000);
+    let (stop, refused) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let flooders: Vec<_> = (0..cpus * 2)
+        .map(|_| {
+            let (flood, stop, refused) = (flood.clone(), stop.clone(), refused.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if flood.emit(Level::Info, "spam", "again", "").is_err() {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let errs = {
+        let flood = flood.clone();
+        std::thread::spawn(move || paced(&flood, Level::Err, 500, Duration::from_millis(10)))
+    };
+    paced(&quiet, Level::Notice, 1000, Duration::from_millis(5));
+    errs.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for f in flooders {
+        f.join().unwrap();
+    }
+    let emitted = flood.emitted();
+    // The last reference: its pending refusals are reported as it goes.
+    drop(Arc::into_inner(flood).unwrap());
+    let refused = refused.load(Ordering::Relaxed);
+    assert!(refused > 0, "the flood was refused at the source");
+    let reported = || {
+        sum(
+            &data,
+            "SELECT ifnull(sum(json_extract(fields, '$.refused_at_source')), 0) FROM events \
+             WHERE provider = 'flood' AND name = 'rate_limit.refused'",
+        )
+    };
+    wait_until_long("the producer's report", || reported() == refused);
+    let count = |provider: &str, level: &str| {
+        sum(
+            &data,
+            &format!(
+                "SELECT count(*) FROM events WHERE provider = '{provider}' AND level {level} \
+                 AND name != 'rate_limit.refused'"
+            ),
+        )
+    };
+    wait_until_long("every event written", || {
+        count("flood", ">= 0") + count("quiet", ">= 0") >= emitted + 1000
+    });
+    assert_eq!(count("quiet", ">= 0"), 1000, "every quiet event stored");
+    assert_eq!(
+        count("flood", "= 3"),
+        500,
+        "err-level events are never refused"
+    );
+    assert_eq!(
+        count("flood", ">= 0"),
+        emitted,
+        "nothing the flood wrote was lost"
+    );
+    daemon.stop();
+}

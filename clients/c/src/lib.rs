@@ -23,6 +23,7 @@ pub const EVENTD_E_TOO_LARGE: c_int = -4;
 pub const EVENTD_E_BUSY: c_int = -5;
 pub const EVENTD_E_FAILED: c_int = -6;
 pub const EVENTD_E_INTERNAL: c_int = -7;
+pub const EVENTD_E_LIMITED: c_int = -8;
 
 /// The opaque handle (`eventd_t` in C).
 pub struct Handle {
@@ -36,6 +37,7 @@ fn code(d: Dropped) -> c_int {
         Dropped::TooLarge => EVENTD_E_TOO_LARGE,
         Dropped::Busy => EVENTD_E_BUSY,
         Dropped::Failed => EVENTD_E_FAILED,
+        Dropped::Limited => EVENTD_E_LIMITED,
     }
 }
 
