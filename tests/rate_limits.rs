@@ -112,6 +112,21 @@ fn a_flood_on_every_cpu_leaves_the_quiet_provider_whole_and_is_counted_exactly()
              AND message LIKE '%provider flood%'",
         ) > 0
     });
+    // The query docs/rate-limits.md shows.
+    let listed = eventctl_text(
+        &data,
+        &[
+            "query",
+            "--provider",
+            "eventd",
+            "--name",
+            "rate_limit.suppressed",
+        ],
+    );
+    assert!(
+        listed.contains("events of provider flood (pid "),
+        "{listed}"
+    );
     let accounted = sequences_accounted(&data);
     for (cpu, epoch, top, held) in &accounted {
         assert_eq!(

@@ -1,4 +1,4 @@
-//! Model test of a producer's budget (`rings::client::budget`): threads
+//! Model test of a producer's budget (`rings::budget`): threads
 //! judging events of one provider while a window ends. Checked in every
 //! interleaving: each event is either passed or refused, and every refusal
 //! is reported exactly once (by the report of the window that ended, or
@@ -7,7 +7,7 @@
 //! Run: `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p eventd-loom-tests --release --test budget`
 #![cfg(loom)]
 
-use eventd::rings::client::budget::Budget;
+use eventd::rings::budget::Budget;
 use eventd::rings::Level;
 use eventd::sync::Arc;
 use loom::thread;

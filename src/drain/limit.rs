@@ -20,7 +20,7 @@
 
 use crate::rings::{Event, Level};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -199,9 +199,7 @@ impl Limiter {
             return true;
         };
         let source = Source::of(event, self.own);
-        let mut h = self.hasher.build_hasher();
-        source.hash(&mut h);
-        let key = h.finish();
+        let key = self.hasher.hash_one(&source);
         if !self.windows.contains_key(&key) && self.windows.len() >= TRACKED_SOURCES_MAX {
             self.evict_oldest();
         }
