@@ -3,7 +3,8 @@
 //! A reload reads the file again and validates it whole. If it is invalid,
 //! the running configuration stays and the log says why. Otherwise live keys
 //! apply at once ([`LIVE_KEYS`]; MaxBatchSize: the writers' next commit
-//! threshold, never a channel; the retention limits; the export keys but
+//! threshold, never a channel; RateLimitInterval and RateLimitBurst, for the
+//! drains' next windows; the retention limits; the export keys but
 //! ExportUrl and ExportDatabase, from the next batch), and restart-only keys
 //! (StorageShards, the directories, RingBytes, MaxConcurrentQueries,
 //! QueryIndexes, QueryGroup, ProducerGroup, MetricsListen, the syslog keys, HostName,
@@ -19,6 +20,8 @@ use std::sync::{Arc, Mutex};
 /// restart). `docs/reference/config.md` says the same, checked by a test.
 pub const LIVE_KEYS: &[&str] = &[
     "MaxBatchSize",
+    "RateLimitInterval",
+    "RateLimitBurst",
     "RetentionMaxAge",
     "RetentionMaxBytes",
     "ExportBatchRows",
@@ -149,6 +152,9 @@ impl LiveConfig {
         if let Some(live) = live_export(&old, &new) {
             state.effective.export = Some(live);
         }
+        if let Some(limit) = live_rate_limit(&old, &new) {
+            state.effective.rate_limit = limit;
+        }
         let deferred = restart_only_changes(&state.effective, &new);
         for line in deferred.iter().filter(|l| !state.deferred.contains(l)) {
             tracing::warn!(change = %line, "deferred to the next restart");
@@ -186,6 +192,21 @@ fn live_export(old: &Settings, new: &Settings) -> Option<super::ExportSettings> 
         "export settings changed; they apply to the next batches"
     );
     Some(live)
+}
+
+/// RateLimitInterval and RateLimitBurst after a reload, when they changed;
+/// the drains get them through their handle ([`LiveConfig::on_reload`]).
+fn live_rate_limit(old: &Settings, new: &Settings) -> Option<super::rate::RateLimit> {
+    if new.rate_limit == old.rate_limit {
+        return None;
+    }
+    let (interval_ms, burst) = new.rate_limit.as_ms_and_burst();
+    tracing::info!(
+        interval_ms,
+        burst,
+        "RateLimitInterval/RateLimitBurst changed: windows opened from now on use them"
+    );
+    Some(new.rate_limit)
 }
 
 /// Restart-only keys whose value in `file` differs from the running one.
@@ -319,6 +340,28 @@ mod tests {
         live.reload();
         assert_eq!(live.max_batch.load(Ordering::Relaxed), 7);
         assert_eq!(live.state().effective.max_batch_size, 7);
+        assert!(live.state().deferred.is_empty());
+    }
+
+    #[test]
+    fn rate_limits_reach_the_stages_through_on_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let (live, file) = live(dir.path(), "RateLimitBurst = 100\n");
+        let seen = Arc::new(Mutex::new(None));
+        let into = seen.clone();
+        live.on_reload(Box::new(move |s: &Settings| {
+            *into.lock().unwrap() = Some(s.rate_limit.as_ms_and_burst());
+        }));
+        std::fs::write(&file, "RateLimitInterval = \"5s\"\nRateLimitBurst = 7\n").unwrap();
+        live.reload();
+        assert_eq!(*seen.lock().unwrap(), Some((5_000, 7)));
+        assert_eq!(
+            live.state().effective.rate_limit.as_ms_and_burst(),
+            (5_000, 7)
+        );
+        std::fs::write(&file, "RateLimitBurst = 0\n").unwrap();
+        live.reload();
+        assert_eq!(seen.lock().unwrap().unwrap().1, 0, "0 turns the limits off");
         assert!(live.state().deferred.is_empty());
     }
 

@@ -7,10 +7,14 @@
 //! against the data directory and every value checked against its range. A
 //! bad value is reported with its key, the value and the allowed range.
 
+mod durations;
 mod export;
 pub mod live;
+pub mod rate;
 pub mod watch;
 
+pub use durations::duration_text;
+use durations::{age_as_text, parse_age};
 pub use export::{ExportSettings, TlsFiles};
 
 use serde::Deserialize;
@@ -146,6 +150,10 @@ pub struct ConfigFile {
     /// The export threads' niceness, 0..=19 (default 19): below the
     /// ingestion threads, so that a busy host ingests first.
     pub export_nice: Option<i64>,
+    /// Each source's window, e.g. "30s" ("0" turns limits off).
+    pub rate_limit_interval: Option<String>,
+    /// Events per source per window (0 turns limits off).
+    pub rate_limit_burst: Option<i64>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -225,6 +233,8 @@ pub struct Settings {
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
+    /// `RateLimitInterval` and `RateLimitBurst` (live).
+    pub rate_limit: rate::RateLimit,
 }
 
 impl ConfigFile {
@@ -270,6 +280,10 @@ impl ConfigFile {
         };
         let export = self.export_settings(data_dir)?;
         Ok(Settings {
+            rate_limit: rate::RateLimit::from_file(
+                self.rate_limit_interval.as_deref(),
+                self.rate_limit_burst,
+            )?,
             host_name: match &self.host_name {
                 Some(name) => check_host_name(name)?,
                 None => kernel_host_name(),
@@ -563,41 +577,6 @@ fn parse_listen(text: &str) -> Result<std::net::SocketAddr, ConfigError> {
             allowed: "a loopback address and port, such as \"127.0.0.1:9464\" or \"[::1]:9464\""
                 .to_string(),
         }),
-    }
-}
-
-/// A duration as the file writes one: whole days, hours, minutes or
-/// seconds in the largest unit that holds it exactly ("7d", "36h",
-/// "90m", "3630s"); a fraction of a second as humantime writes it.
-pub fn duration_text(d: Duration) -> String {
-    let secs = d.as_secs();
-    if d.subsec_nanos() != 0 || secs == 0 {
-        return humantime::format_duration(d).to_string();
-    }
-    let (n, unit) = [(86_400, "d"), (3_600, "h"), (60, "m")]
-        .into_iter()
-        .find(|(size, _)| secs % size == 0)
-        .map_or((secs, "s"), |(size, unit)| (secs / size, unit));
-    format!("{n}{unit}")
-}
-
-/// `RetentionMaxAge` in a report: its text, or null.
-fn age_as_text<S: serde::Serializer>(age: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match age {
-        Some(d) => s.serialize_str(&duration_text(*d)),
-        None => s.serialize_none(),
-    }
-}
-
-fn parse_age(text: &str) -> Result<Duration, ConfigError> {
-    let bad = || ConfigError::Range {
-        key: "RetentionMaxAge",
-        value: format!("{text:?}"),
-        allowed: "a positive duration such as \"12h\", \"30d\" or \"1w\"".to_string(),
-    };
-    match humantime::parse_duration(text.trim()) {
-        Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(bad()),
     }
 }
 

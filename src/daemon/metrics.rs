@@ -28,10 +28,54 @@ pub fn render(state: &DaemonState) -> String {
     shards(&mut e, state);
     queries(&mut e, state);
     syslog(&mut e, state);
+    rate_limits(&mut e, state);
     super::sources::metrics(&mut e, state);
     retention(&mut e, state);
     export(&mut e, state);
     e.finish()
+}
+
+/// Sources the drains' rate limits suppressed most, at most this many
+/// series (never one per source).
+const TOP_SUPPRESSED: usize = 5;
+
+/// The drains' rate limits: totals, and the few sources suppressed most.
+fn rate_limits(e: &mut Exposition, state: &DaemonState) {
+    let s = &state.suppression;
+    for (name, help, value) in [
+        (
+            "eventd_rate_limit_suppressed_total",
+            "Events past their source's rate limit, stored as suppressed gaps.",
+            &s.suppressed,
+        ),
+        (
+            "eventd_rate_limit_evictions_total",
+            "Sources' windows given up early because a drain tracked too many sources.",
+            &s.evictions,
+        ),
+        (
+            "eventd_rate_limit_reports_total",
+            "Reports of suppressed events written when a source's window ended.",
+            &s.reports,
+        ),
+    ] {
+        e.single(name, help, Kind::Counter, load(value));
+    }
+    let top = s.top(TOP_SUPPRESSED);
+    let labels: Vec<[(&'static str, String); 2]> = top
+        .iter()
+        .enumerate()
+        .map(|(i, (source, _))| [("rank", (i + 1).to_string()), ("source", source.clone())])
+        .collect();
+    e.family(
+        "eventd_rate_limit_top_suppressed",
+        "Events suppressed in the ended windows of the sources suppressed most, by rank.",
+        Kind::Gauge,
+        labels
+            .iter()
+            .zip(&top)
+            .map(|(l, (_, n))| (&l[..], *n as f64)),
+    );
 }
 
 /// The export stage, per shard file and table (nothing when export is

@@ -123,6 +123,9 @@ struct Shared {
     /// count, the store's health, where new generations go).
     writer: WriterShared,
     syslog_drops: Arc<crate::rings::drops::Drops>,
+    /// The rate limits the drains apply (live) and what they suppressed.
+    limits: Arc<drain::RateLimits>,
+    suppression: Arc<drain::Suppression>,
 }
 
 /// What the daemon is built with besides the started threads.
@@ -250,6 +253,7 @@ impl Daemon {
             queries: Arc::new(crate::query::QueryStats::default()),
             syslog: Arc::new(crate::syslog::SyslogStats::default()),
             syslog_drops: shared.syslog_drops.clone(),
+            suppression: shared.suppression.clone(),
             sources: SourceState::default(),
             failing_writers: shared.writer.failing.clone(),
             policy: parts.policy,
@@ -267,6 +271,11 @@ impl Daemon {
             settings.clone(),
             state.max_batch.clone(),
         ));
+        let limits = shared.limits.clone();
+        live.on_reload(Box::new(move |s| {
+            let (interval_ms, burst) = s.rate_limit.as_ms_and_burst();
+            limits.set(interval_ms, burst);
+        }));
         let daemon = Daemon {
             state,
             stop: shared.stop,
@@ -547,6 +556,11 @@ impl Shared {
                 query_indexes: settings.query_indexes.clone().into(),
             },
             syslog_drops: Arc::new(crate::rings::drops::Drops::default()),
+            limits: {
+                let (interval_ms, burst) = settings.rate_limit.as_ms_and_burst();
+                Arc::new(drain::RateLimits::new(interval_ms, burst))
+            },
+            suppression: Arc::default(),
         }
     }
 }
@@ -569,6 +583,8 @@ fn start_drains(
             stop: &shared.stop,
             trackers: &shared.writer.trackers,
             hook,
+            limits: &shared.limits,
+            suppression: &shared.suppression,
         },
     );
     drop(senders);

@@ -45,12 +45,29 @@ fn stats(state: &DaemonState) -> Value {
         "shards": shards,
         "queries": query_stats(&state.queries),
         "syslog": syslog_stats(state),
+        "rate_limits": rate_limit_stats(&state.suppression),
         "retention": retention_stats(&state.retention),
         "descriptor_allowance": state.needed_descriptors,
         "max_concurrent_queries": state.max_concurrent_queries,
         "failing_writers": state.failing_writers.load(Ordering::Relaxed),
         "damaged_shard_files": state.health.damaged(),
         "access": state.policy,
+    })
+}
+
+/// What the rate limits suppressed: totals and the top sources (from
+/// windows that have ended).
+fn rate_limit_stats(s: &crate::drain::Suppression) -> Value {
+    let top: Vec<Value> = s
+        .top(10)
+        .into_iter()
+        .map(|(source, suppressed)| json!({ "source": source, "suppressed": suppressed }))
+        .collect();
+    json!({
+        "suppressed": s.suppressed.load(Ordering::Relaxed),
+        "evictions": s.evictions.load(Ordering::Relaxed),
+        "reports": s.reports.load(Ordering::Relaxed),
+        "top_sources": top,
     })
 }
 
@@ -69,6 +86,7 @@ fn ring_stats((ordinal, r): (usize, &super::RingState)) -> Value {
         "drained_events": drain.events.load(Ordering::Relaxed),
         "lost": drain.lost.load(Ordering::Relaxed),
         "skipped_after_restart": drain.skipped.load(Ordering::Relaxed),
+        "suppressed": drain.suppressed.load(Ordering::Relaxed),
         "shards": r.shards,
         "committed_through": r.committed_through(),
     })

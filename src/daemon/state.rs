@@ -75,6 +75,8 @@ pub struct DaemonState {
     pub queries: Arc<crate::query::QueryStats>,
     pub syslog: Arc<crate::syslog::SyslogStats>,
     pub syslog_drops: Arc<crate::rings::drops::Drops>,
+    /// What the drains' rate limits suppressed, and from whom most.
+    pub suppression: Arc<crate::drain::Suppression>,
     /// The kernel log and the senders' cache.
     pub sources: super::SourceState,
     /// Shard writers whose commits fail now.

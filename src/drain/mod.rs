@@ -14,6 +14,7 @@
 
 mod handoff;
 mod health;
+pub mod limit;
 mod orphans;
 mod plan;
 pub mod spawn;
@@ -21,6 +22,7 @@ mod tracker;
 
 pub use handoff::{payload_len, split_payload, write_payload, Handoff, Kind};
 pub use health::{RingMaker, HEALTH_INTERVAL};
+pub use limit::{RateLimits, Suppression};
 
 use health::{Health, HEALTH_EVERY_EVENTS};
 use orphans::Orphans;
@@ -65,6 +67,8 @@ pub struct DrainStats {
     pub replacements: AtomicU64,
     /// Header words written back after a scribble.
     pub header_repairs: AtomicU64,
+    /// Events past their source's rate limit, stored as `suppressed` gaps.
+    pub suppressed: AtomicU64,
 }
 
 /// The drain of one ring.
@@ -108,6 +112,10 @@ struct Outbound {
     drops: Option<Arc<Drops>>,
     /// Earlier rings of this CPU, for producers' reports of them.
     orphans: Orphans,
+    /// Each source's share ([`limit`]), and the run of events it
+    /// suppressed that is not handed on yet (one gap for the whole run).
+    limiter: limit::Limiter,
+    suppressed: Option<(Gap, ReadPosition)>,
 }
 
 /// Why a drain stopped early.
@@ -127,6 +135,7 @@ pub struct DrainParts {
     pub trackers: Arc<[CommitTracker]>,
     pub maker: RingMaker,
     pub drops: Option<Arc<Drops>>,
+    pub limiter: limit::Limiter,
 }
 
 impl DrainThread {
@@ -151,6 +160,8 @@ impl DrainThread {
                 stats: parts.stats,
                 drops: parts.drops,
                 orphans: Orphans::new(plan),
+                limiter: parts.limiter,
+                suppressed: None,
             },
             ring,
             reader,
@@ -177,9 +188,14 @@ impl DrainThread {
         while !self.stop.load(Ordering::Relaxed) {
             if since_check >= HEALTH_EVERY_EVENTS {
                 since_check = 0;
+                // The run of suppressed events first: it is of this epoch.
+                self.out.flush_suppressed()?;
                 self.check_health(false)?;
+                self.out.report_suppressed(&self.ring);
             }
             let Some((item, after)) = self.reader.poll_with_position() else {
+                self.out.flush_suppressed()?;
+                self.out.report_suppressed(&self.ring);
                 self.check_scribble()?;
                 if self.health.due() {
                     since_check = 0;
@@ -220,7 +236,7 @@ impl DrainThread {
                 RingItem::Gap(gap) => self.out.send_gap(gap, after)?,
             }
         }
-        Ok(())
+        self.out.flush_suppressed()
     }
 }
 
@@ -258,12 +274,17 @@ impl Outbound {
         let shard = self.router.next_shard();
         let report = if own { DropReport::parse(event) } else { None };
         if let Some(report) = report {
+            self.flush_suppressed()?;
             let header =
                 Handoff::dropped(self.ordinal, self.cpu, self.epoch, seq, report).after(after);
             send(&self.senders, shard, self.cpu, header)?;
             self.stats.lost.fetch_add(report.count, Ordering::Relaxed);
             return Ok(());
         }
+        if !self.limiter.admit(event, crate::sync::monotonic_ms()) {
+            return self.suppress(seq, after);
+        }
+        self.flush_suppressed()?;
         let header = Handoff::event(self.ordinal, self.cpu, self.epoch, seq, event).after(after);
         let sender = owned(&self.senders, shard);
         // Reserve first (waits while the channel is full, R9), then copy the
@@ -285,6 +306,69 @@ impl Outbound {
     /// Hands over the parts of `gap` not committed yet, each resuming at
     /// `after` (the reader's position past the whole gap).
     fn send_gap(&mut self, gap: Gap, after: ReadPosition) -> Result<(), DrainError> {
+        self.flush_suppressed()?;
+        self.send_gap_now(gap, after)
+    }
+
+    /// Adds event `seq` (read up to `after`) to the run of suppressed
+    /// events, handing on the run before if `seq` does not follow it.
+    fn suppress(&mut self, seq: u64, after: ReadPosition) -> Result<(), DrainError> {
+        self.stats.suppressed.fetch_add(1, Ordering::Relaxed);
+        match &mut self.suppressed {
+            Some((gap, at)) if gap.to_seq.checked_add(1) == Some(seq) => {
+                gap.to_seq = seq;
+                *at = after;
+                Ok(())
+            }
+            _ => {
+                self.flush_suppressed()?;
+                let gap = Gap {
+                    from_seq: seq,
+                    to_seq: seq,
+                    reason: LossReason::Suppressed,
+                };
+                self.suppressed = Some((gap, after));
+                Ok(())
+            }
+        }
+    }
+
+    /// Hands on the run of suppressed events, if any, as one gap (before
+    /// anything after it, so receipts stay in sequence order).
+    fn flush_suppressed(&mut self) -> Result<(), DrainError> {
+        match self.suppressed.take() {
+            Some((gap, after)) => self.send_gap_now(gap, after),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a report of each source whose window has ended with events
+    /// suppressed into `ring` (the ring this drain reads, which stores it
+    /// like any event); one the ring refuses now is tried again later.
+    fn report_suppressed(&mut self, ring: &Ring) {
+        for report in self.limiter.closed(crate::sync::monotonic_ms()) {
+            let (message, fields) = (report.message(), report.fields());
+            let event = Event {
+                ts_ns: crate::rings::now_ns(),
+                pid: std::process::id(),
+                tid: 0,
+                uid: crate::access::own_uid(),
+                level: crate::rings::Level::Warning,
+                provider: limit::REPORT_PROVIDER,
+                name: limit::REPORT_NAME,
+                message: &message,
+                fields: &fields,
+            };
+            match ring.emit(&event) {
+                // Relaxed: a statistic.
+                Ok(()) => drop(self.limiter.board().reports.fetch_add(1, Ordering::Relaxed)),
+                Err(_) => self.limiter.retry(report),
+            }
+        }
+    }
+
+    /// Hands over the parts of `gap` not committed yet (see `send_gap`).
+    fn send_gap_now(&mut self, gap: Gap, after: ReadPosition) -> Result<(), DrainError> {
         let pieces = if self.skip.is_empty() {
             vec![(gap.from_seq, gap.to_seq)]
         } else {
@@ -300,7 +384,10 @@ impl Outbound {
             let header = Handoff::gap(self.ordinal, self.cpu, self.epoch, piece, self.last_ts_ns)
                 .after(after);
             send(&self.senders, shard, self.cpu, header)?;
-            self.stats.lost.fetch_add(piece.count(), Ordering::Relaxed);
+            if piece.reason != LossReason::Suppressed {
+                // Relaxed: a statistic (suppressed events count apart).
+                self.stats.lost.fetch_add(piece.count(), Ordering::Relaxed);
+            }
         }
         Ok(())
     }
@@ -309,6 +396,7 @@ impl Outbound {
     /// that nothing reads any more (its receipt's position is only the
     /// sequence after the gap: no reader resumes there).
     fn send_old_gap(&mut self, epoch: u64, gap: Gap) -> Result<(), DrainError> {
+        self.flush_suppressed()?;
         let shard = self.router.next_shard();
         let after = ReadPosition {
             next_seq: gap.to_seq.saturating_add(1),

@@ -41,6 +41,10 @@ pub struct Shared<'a> {
     /// By ordinal.
     pub trackers: &'a Arc<[CommitTracker]>,
     pub hook: &'a FailureHook,
+    /// The rate limits as they run, and the drains' account of what they
+    /// suppressed.
+    pub limits: &'a Arc<super::RateLimits>,
+    pub suppression: &'a Arc<super::Suppression>,
 }
 
 /// Starts one drain per spec, in ordinal order. If one cannot be started,
@@ -91,6 +95,11 @@ fn spawn_drain(ordinal: usize, spec: DrainSpec, shared: &Shared<'_>) -> std::io:
         trackers: shared.trackers.clone(),
         maker: spec.maker,
         drops: spec.drops,
+        limiter: super::limit::Limiter::new(
+            shared.limits.clone(),
+            shared.suppression.clone(),
+            is_own_ring(cpu),
+        ),
     };
     let drain = DrainThread::new(
         ordinal as u32,

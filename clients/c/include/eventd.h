@@ -58,6 +58,7 @@ enum eventd_level {
 #define EVENTD_E_BUSY (-5)       /* the ring was contended or replaced under the event */
 #define EVENTD_E_FAILED (-6)     /* the ring could not be written (damaged, I/O) */
 #define EVENTD_E_INTERNAL (-7)   /* a bug in libeventd, caught */
+#define EVENTD_E_LIMITED (-8)    /* past this provider's rate limit in this process (EVENTD_RATE_LIMIT) */
 
 typedef struct eventd eventd_t;
 

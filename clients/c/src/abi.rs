@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The codes the library returns, by the name the header gives them.
-const CODES: [(&str, c_int); 8] = [
+const CODES: [(&str, c_int); 9] = [
     ("EVENTD_OK", EVENTD_OK),
     ("EVENTD_E_INVALID", EVENTD_E_INVALID),
     ("EVENTD_E_NO_RINGS", EVENTD_E_NO_RINGS),
@@ -17,6 +17,7 @@ const CODES: [(&str, c_int); 8] = [
     ("EVENTD_E_BUSY", EVENTD_E_BUSY),
     ("EVENTD_E_FAILED", EVENTD_E_FAILED),
     ("EVENTD_E_INTERNAL", EVENTD_E_INTERNAL),
+    ("EVENTD_E_LIMITED", EVENTD_E_LIMITED),
 ];
 
 fn include_dir() -> PathBuf {

@@ -23,6 +23,7 @@ pub const EVENTD_E_TOO_LARGE: c_int = -4;
 pub const EVENTD_E_BUSY: c_int = -5;
 pub const EVENTD_E_FAILED: c_int = -6;
 pub const EVENTD_E_INTERNAL: c_int = -7;
+pub const EVENTD_E_LIMITED: c_int = -8;
 
 /// The opaque handle (`eventd_t` in C).
 pub struct Handle {
@@ -36,6 +37,7 @@ fn code(d: Dropped) -> c_int {
         Dropped::TooLarge => EVENTD_E_TOO_LARGE,
         Dropped::Busy => EVENTD_E_BUSY,
         Dropped::Failed => EVENTD_E_FAILED,
+        Dropped::Limited => EVENTD_E_LIMITED,
     }
 }
 
@@ -249,6 +251,9 @@ pub extern "C" fn eventd_strerror(code: c_int) -> *const c_char {
         EVENTD_E_BUSY => c"the ring was contended or replaced under the event; event dropped",
         EVENTD_E_FAILED => c"the ring could not be written; event dropped",
         EVENTD_E_INTERNAL => c"internal error in libeventd; event dropped",
+        EVENTD_E_LIMITED => {
+            c"past this provider's rate limit in this process (EVENTD_RATE_LIMIT); event dropped and counted"
+        }
         _ => c"unknown eventd error code",
     };
     s.as_ptr()

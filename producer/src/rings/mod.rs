@@ -10,6 +10,7 @@
 
 #[cfg(not(loom))]
 pub mod attach;
+pub mod budget;
 #[cfg(not(loom))]
 pub mod client;
 #[cfg(not(loom))]

@@ -12,6 +12,7 @@
 //! what is emitted for its next start (until they lap, which eventd counts
 //! as gaps); nothing here needs the daemon to run.
 
+pub mod budget;
 mod fields;
 
 pub use fields::Fields;
@@ -45,6 +46,9 @@ pub enum Dropped {
     Busy,
     /// Anything else the ring said (a damaged ring file, an I/O error).
     Failed,
+    /// Past this provider's budget in this process ([`budget`]); counted
+    /// and reported into the ring when the window ends.
+    Limited,
 }
 
 impl Dropped {
@@ -55,6 +59,7 @@ impl Dropped {
             Dropped::TooLarge => "the event is larger than a ring record holds",
             Dropped::Busy => "the ring was contended or replaced under the event",
             Dropped::Failed => "the ring could not be written",
+            Dropped::Limited => "past this provider's rate limit in this process",
         }
     }
 }
@@ -71,6 +76,8 @@ pub struct Producer {
     said: AtomicBool,
     emitted: AtomicU64,
     dropped: AtomicU64,
+    /// This provider's budget in this process (off unless asked for).
+    budget: budget::Budget,
 }
 
 impl Producer {
@@ -87,6 +94,7 @@ impl Producer {
             said: AtomicBool::new(false),
             emitted: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            budget: budget::Budget::from_env(),
         }
     }
 
@@ -147,6 +155,9 @@ impl Producer {
         message: &str,
         fields: &str,
     ) -> Result<(), Dropped> {
+        if !self.within_budget(level) {
+            return Err(Dropped::Limited);
+        }
         let result = match self.open() {
             Some(emitter) => {
                 let (pid, tid) = ids();

@@ -29,6 +29,10 @@ pub enum LossReason {
     /// in the kernel's sequence numbers). Never returned by the reader;
     /// the kernel ring's drain records it.
     KernelOverwritten,
+    /// Events past their source's rate limit (`RateLimitBurst` per
+    /// `RateLimitInterval`), left out by the drain before the handoff.
+    /// Never returned by the reader; the drain records it.
+    Suppressed,
 }
 
 impl LossReason {
@@ -40,6 +44,7 @@ impl LossReason {
             LossReason::RingLost => "ring_lost",
             LossReason::Dropped => "dropped",
             LossReason::KernelOverwritten => "kernel_overwritten",
+            LossReason::Suppressed => "suppressed",
         }
     }
 }
