@@ -119,7 +119,8 @@ fn metrics_match_counted_truth_after_a_known_load() {
     let cfg = config(
         dir.path(),
         &format!(
-            "StorageShards = 3\nMaxConcurrentQueries = 1\nMetricsListen = \"127.0.0.1:{port}\"\n"
+            "StorageShards = 3\nMaxConcurrentQueries = 1\nMetricsListen = \"127.0.0.1:{port}\"\n\
+             RateLimitBurst = 0\n"
         ),
     );
     let eventd = Eventd::start(&data, Some(&cfg));
@@ -410,7 +411,11 @@ fn writers_checkpoint_between_batches_and_say_so() {
 fn item_buckets_are_exact_at_their_bounds() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let cfg = config(dir.path(), "StorageShards = 1\nMaxBatchSize = 257\n");
+    // One source's backlog of 10,280 events: limits off.
+    let cfg = config(
+        dir.path(),
+        "StorageShards = 1\nMaxBatchSize = 257\nRateLimitBurst = 0\n",
+    );
     // A first start makes the rings; the backlog is written while eventd
     // is down.
     Eventd::start(&data, Some(&cfg)).stop();

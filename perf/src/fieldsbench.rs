@@ -887,6 +887,8 @@ fn query_daemon(
 ) -> anyhow::Result<Vec<QueryFigures>> {
     let file = ConfigFile {
         storage_shards: Some(shards as i64),
+        // Ceilings are measured unlimited: one source emits everything.
+        rate_limit_burst: Some(0),
         max_concurrent_queries: Some(4),
         query_indexes: Some(config.1.iter().map(QueryIndex::label).collect()),
         ..ConfigFile::default()

@@ -57,7 +57,8 @@ impl Eventd {
     fn start(binary: &Path, dir: &Path) -> anyhow::Result<Eventd> {
         let data = dir.join("data");
         let config = dir.join("eventd.toml");
-        std::fs::write(&config, "KernelLog = true\n")?;
+        // Unlimited, as the peers run: one source emits everything here.
+        std::fs::write(&config, "KernelLog = true\nRateLimitBurst = 0\n")?;
         let child = Command::new(binary)
             .arg("--data-dir")
             .arg(&data)

@@ -81,7 +81,8 @@ pub(crate) struct Args {
         default_value = "eventd,floor,rsyslog,journald,syslog-ng"
     )]
     pub(crate) peers: Vec<syslogbench::Peer>,
-    /// eventd's configuration file in the syslog scenario (default: none).
+    /// eventd's configuration file in the syslog scenario (default: the
+    /// embedded defaults with rate limits off, as the peers run).
     #[arg(long)]
     pub(crate) eventd_config: Option<PathBuf>,
     /// Events stored before the export scenario exports them.

@@ -131,6 +131,8 @@ pub fn configure(
 ) -> anyhow::Result<(Settings, Tunables)> {
     let file = ConfigFile {
         storage_shards: Some(knobs.storage_shards),
+        // Ceilings are measured unlimited: one source emits everything.
+        rate_limit_burst: Some(0),
         max_batch_size: Some(knobs.max_batch as i64),
         ..ConfigFile::default()
     };

@@ -279,6 +279,8 @@ fn point(
     let dir = tempfile::Builder::new().prefix("scale-").tempdir_in(work)?;
     let file = ConfigFile {
         storage_shards: Some(storage_shards),
+        // Ceilings are measured unlimited: one source emits everything.
+        rate_limit_burst: Some(0),
         ..ConfigFile::default()
     };
     let mut settings = file.resolve(dir.path())?;

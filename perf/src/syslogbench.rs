@@ -2,7 +2,8 @@
 //! a Unix datagram socket, into eventd and into its peers, one after the
 //! other in one run:
 //!
-//! - **eventd**: the binary with embedded defaults; stored means committed
+//! - **eventd**: the binary with embedded defaults but rate limits off (as
+//!   the peers run); stored means committed
 //!   to its SQLite shards (indexed, queryable; checked with a query).
 //! - **rsyslog**: Debian's package, a private configuration with `imuxsock`
 //!   on a private socket (rate limiting off) and `omfile`.
@@ -216,9 +217,17 @@ fn start_eventd(binary: &Path, dir: &Path, config: Option<&Path>) -> anyhow::Res
     let data = dir.join("data");
     let log = dir.join("eventd.log");
     let mut cmd = Command::new(binary);
-    if let Some(c) = config {
-        cmd.arg("--config").arg(c);
-    }
+    // The peers run with their rate limits off (the bench is one sender):
+    // so does eventd, unless the caller gives its own configuration.
+    let unlimited = dir.join("eventd.toml");
+    let config = match config {
+        Some(c) => c,
+        None => {
+            std::fs::write(&unlimited, "RateLimitBurst = 0\n")?;
+            &unlimited
+        }
+    };
+    cmd.arg("--config").arg(config);
     let child = start_logged(
         cmd.arg("--data-dir").arg(&data),
         &log,
@@ -849,8 +858,8 @@ fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<Meas
 
 // Longer than the ~70 lines a function should be: each peer started, measured,
 // checked and stopped in turn, the same steps for every peer.
-/// `eventd_config`: a configuration file for eventd (default: none, the
-/// embedded defaults).
+/// `eventd_config`: a configuration file for eventd (default: the
+/// embedded defaults with `RateLimitBurst = 0`).
 pub fn run(
     peers: &[Peer],
     n: u64,

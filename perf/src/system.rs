@@ -91,6 +91,15 @@ impl Running {
                     .map(|q| format!("\"{}\"", q.label()))
                     .collect();
                 text.push_str(&format!("QueryIndexes = [{}]\n", indexes.join(", ")));
+                let (interval_ms, burst) = settings.rate_limit.as_ms_and_burst();
+                text.push_str(&format!(
+                    "RateLimitInterval = \"{}\"\nRateLimitBurst = {burst}\n",
+                    if interval_ms == 0 {
+                        "0".to_string()
+                    } else {
+                        format!("{interval_ms}ms")
+                    }
+                ));
                 let mut cmd = Command::new(eventd);
                 if let Some(e) = &settings.export {
                     // TOML basic strings: the harness's own names and URLs,

@@ -58,6 +58,11 @@ fn rate_limits(e: &mut Exposition, state: &DaemonState) {
             "Reports of suppressed events written when a source's window ended.",
             &s.reports,
         ),
+        (
+            "eventd_rate_limit_refused_at_source_total",
+            "Events producers' own budgets refused before writing them, as their reports say.",
+            &s.refused_at_source,
+        ),
     ] {
         e.single(name, help, Kind::Counter, load(value));
     }
@@ -69,7 +74,7 @@ fn rate_limits(e: &mut Exposition, state: &DaemonState) {
         .collect();
     e.family(
         "eventd_rate_limit_top_suppressed",
-        "Events suppressed in the ended windows of the sources suppressed most, by rank.",
+        "Events suppressed (in ended windows) or refused at the source, of the sources limited most, by rank.",
         Kind::Gauge,
         labels
             .iter()

@@ -55,8 +55,9 @@ fn stats(state: &DaemonState) -> Value {
     })
 }
 
-/// What the rate limits suppressed: totals and the top sources (from
-/// windows that have ended).
+/// What the rate limits suppressed: totals and the top sources (what
+/// the drains suppressed in windows that have ended, and what producers
+/// reported their own budgets refused).
 fn rate_limit_stats(s: &crate::drain::Suppression) -> Value {
     let top: Vec<Value> = s
         .top(10)
@@ -67,6 +68,7 @@ fn rate_limit_stats(s: &crate::drain::Suppression) -> Value {
         "suppressed": s.suppressed.load(Ordering::Relaxed),
         "evictions": s.evictions.load(Ordering::Relaxed),
         "reports": s.reports.load(Ordering::Relaxed),
+        "refused_at_source": s.refused_at_source.load(Ordering::Relaxed),
         "top_sources": top,
     })
 }

@@ -18,6 +18,7 @@
 //! past that the oldest window is given up early (its report written) and
 //! counted in [`Suppression::evictions`].
 
+use crate::rings::client::budget::REFUSED_NAME;
 use crate::rings::{Event, Level};
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -83,6 +84,8 @@ pub struct Suppression {
     pub evictions: AtomicU64,
     /// Reports written into the rings.
     pub reports: AtomicU64,
+    /// Events producers' own budgets refused, as their reports say.
+    pub refused_at_source: AtomicU64,
     /// The sources suppressed most, by their label, with their totals.
     top: Mutex<Vec<(String, u64)>>,
 }
@@ -189,10 +192,25 @@ impl Limiter {
         }
     }
 
+    /// The limit as producers' budgets follow it ([`Ring::publish_rate_limit`]).
+    ///
+    /// [`Ring::publish_rate_limit`]: crate::rings::Ring::publish_rate_limit
+    pub fn published(&self) -> crate::rings::RateLimitWord {
+        let (interval_ms, burst) = self.limits.get().unwrap_or((0, 0));
+        crate::rings::RateLimitWord { interval_ms, burst }
+    }
+
     /// Whether `event` passes at `now_ms`; `false`: suppressed (counted in
     /// its source's window).
     pub fn admit(&mut self, event: &Event<'_>, now_ms: u64) -> bool {
         if event.level < LIMITED_FROM {
+            return true;
+        }
+        if !self.own && event.name == REFUSED_NAME {
+            // A producer's report of what its budget refused: at most one
+            // per provider per window, never limited (like err), and its
+            // count goes on the board beside what the drains suppressed.
+            self.note_refused(event);
             return true;
         }
         let Some((interval_ms, burst)) = self.limits.get() else {
@@ -220,6 +238,22 @@ impl Limiter {
         // Relaxed: a statistic.
         self.board.suppressed.fetch_add(1, Ordering::Relaxed);
         false
+    }
+
+    /// Counts a producer's report of events its budget refused.
+    fn note_refused(&self, event: &Event<'_>) {
+        let refused = serde_json::from_str::<serde_json::Value>(event.fields)
+            .ok()
+            .and_then(|f| f.get("refused_at_source")?.as_u64());
+        let Some(refused) = refused else {
+            return;
+        };
+        // Relaxed: a statistic.
+        self.board
+            .refused_at_source
+            .fetch_add(refused, Ordering::Relaxed);
+        self.board
+            .note(&Source::of(event, self.own).label(), refused);
     }
 
     fn evict_oldest(&mut self) {

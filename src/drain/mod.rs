@@ -180,6 +180,7 @@ impl DrainThread {
         if let Some(gap) = self.pending_gap.take() {
             self.out.send_gap(gap, self.reader.position())?;
         }
+        self.ring.publish_rate_limit(self.out.limiter.published());
         // Events since the drain last waited, and naps since the last one;
         // events since the last health check.
         let (mut streak, mut naps, mut since_check) = (0u32, 0u32, 0u32);
@@ -346,6 +347,9 @@ impl Outbound {
     /// suppressed into `ring` (the ring this drain reads, which stores it
     /// like any event); one the ring refuses now is tried again later.
     fn report_suppressed(&mut self, ring: &Ring) {
+        // The limit producers' own budgets follow (a reload, or a ring
+        // made anew, is published here).
+        ring.publish_rate_limit(self.limiter.published());
         for report in self.limiter.closed(crate::sync::monotonic_ms()) {
             let (message, fields) = (report.message(), report.fields());
             let event = Event {

@@ -27,8 +27,15 @@ pub struct Verdict {
 /// One provider's budget in this process.
 #[derive(Debug)]
 pub struct Budget {
-    interval_ms: u64,
-    burst: u64,
+    /// `burst` events per `interval` ms, in one word (interval in the high
+    /// half, burst in the low half; either 0: no limit), so that a change
+    /// ([`Budget::set`]) replaces both at once.
+    limit: AtomicU64,
+    /// Whether the limit follows what the daemon publishes in its rings
+    /// (else it was fixed by the program or its environment).
+    follows_daemon: bool,
+    /// The `sync` clock ms of the next look at the daemon's limit.
+    pub(crate) next_look_ms: AtomicU64,
     /// The current window's start (`sync` clock ms; `u64::MAX`: none yet).
     start_ms: AtomicU64,
     /// Events admitted in the current window.
@@ -37,20 +44,54 @@ pub struct Budget {
     pub(crate) refused: AtomicU64,
 }
 
+fn pack(interval_ms: u64, burst: u64) -> u64 {
+    (interval_ms.min(u32::MAX.into()) << 32) | burst.min(u32::MAX.into())
+}
+
 impl Budget {
-    /// `burst` events per `interval_ms`; either 0: no limit.
+    /// A fixed budget: `burst` events per `interval_ms`; either 0: no limit.
     pub fn new(interval_ms: u64, burst: u64) -> Self {
         Budget {
-            interval_ms,
-            burst,
+            limit: AtomicU64::new(pack(interval_ms, burst)),
+            follows_daemon: false,
+            next_look_ms: AtomicU64::new(0),
             start_ms: AtomicU64::new(u64::MAX),
             used: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         }
     }
 
+    /// A budget that follows the daemon's limit ([`Budget::set`] from what
+    /// the rings publish); no limit until one is seen.
+    pub fn following_daemon() -> Self {
+        Budget {
+            follows_daemon: true,
+            ..Budget::new(0, 0)
+        }
+    }
+
+    pub fn follows_daemon(&self) -> bool {
+        self.follows_daemon
+    }
+
+    /// Replaces the limit; windows opened from now on use it.
+    pub fn set(&self, interval_ms: u64, burst: u64) {
+        // Relaxed: the word is read on its own; a judge that still sees
+        // the old limit only counts one event against it.
+        self.limit
+            .store(pack(interval_ms, burst), Ordering::Relaxed);
+    }
+
+    /// The limit now: (interval ms, burst); `None`: no limit.
+    pub fn limit(&self) -> Option<(u64, u64)> {
+        // Relaxed: see `set`.
+        let w = self.limit.load(Ordering::Relaxed);
+        let (interval_ms, burst) = (w >> 32, w & 0xffff_ffff);
+        (interval_ms > 0 && burst > 0).then_some((interval_ms, burst))
+    }
+
     pub fn is_off(&self) -> bool {
-        self.interval_ms == 0 || self.burst == 0
+        self.limit().is_none()
     }
 
     /// Judges one event of `level` at `now_ms`.
@@ -59,14 +100,14 @@ impl Budget {
             pass: true,
             report: None,
         };
-        if self.is_off() || level < Level::Warning {
+        let Some((interval_ms, burst)) = self.limit().filter(|_| level >= Level::Warning) else {
             return verdict;
-        }
+        };
         // Relaxed: the start only chooses who opens the next window; the
         // CAS below makes that one thread, and the counters are exact on
         // their own (each a single read-modify-write).
         let start = self.start_ms.load(Ordering::Relaxed);
-        if start == u64::MAX || now_ms >= start.saturating_add(self.interval_ms) {
+        if start == u64::MAX || now_ms >= start.saturating_add(interval_ms) {
             let won = self
                 .start_ms
                 .compare_exchange(start, now_ms, Ordering::Relaxed, Ordering::Relaxed)
@@ -79,7 +120,7 @@ impl Budget {
                 }
             }
         }
-        if self.used.fetch_add(1, Ordering::Relaxed) >= self.burst {
+        if self.used.fetch_add(1, Ordering::Relaxed) >= burst {
             self.refused.fetch_add(1, Ordering::Relaxed);
             verdict.pass = false;
         }

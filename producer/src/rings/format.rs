@@ -39,7 +39,10 @@ pub const H_FUTEX: usize = 34;
 /// Events producers refused before they got a sequence number (the ring
 /// stayed contended or inconsistent for the whole bounded retry).
 pub const H_PRODUCER_REFUSED: usize = 48;
-pub const HEADER_WORDS_USED: u32 = 49;
+/// The daemon's rate limit, for producers' own budgets to follow
+/// ([`RateLimitWord`]); 0 until a daemon publishes one.
+pub const H_RATE_LIMIT: usize = 49;
+pub const HEADER_WORDS_USED: u32 = 50;
 /// The header's size in words (512 bytes).
 pub const HEADER_WORDS: usize = 64;
 const _: () = assert!(HEADER_WORDS_USED as usize <= HEADER_WORDS);
@@ -365,5 +368,34 @@ mod tests {
         // Offsets and counts fit their fields at the largest page.
         let big = Geometry::new(PAGE_SIZE_MAX, 2).unwrap();
         assert!(big.data_words() < Reserve::RETIRED);
+    }
+}
+
+/// The rate limit a daemon publishes in its rings' headers
+/// ([`H_RATE_LIMIT`]): bit 63 says it was published; the interval in ms
+/// in bits 32..63, the burst in the low 32 bits (either 0: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimitWord {
+    pub interval_ms: u64,
+    pub burst: u64,
+}
+
+impl RateLimitWord {
+    const PUBLISHED: u64 = 1 << 63;
+    const FIELD_MAX: u64 = (1 << 31) - 1;
+
+    /// Both values cut to 31 bits (the configuration's ranges are inside).
+    pub fn pack(self) -> u64 {
+        Self::PUBLISHED
+            | (self.interval_ms.min(Self::FIELD_MAX) << 32)
+            | self.burst.min(Self::FIELD_MAX)
+    }
+
+    /// `None` when no daemon has published a limit in this word.
+    pub fn unpack(word: u64) -> Option<RateLimitWord> {
+        (word & Self::PUBLISHED != 0).then_some(RateLimitWord {
+            interval_ms: (word >> 32) & Self::FIELD_MAX,
+            burst: word & 0xffff_ffff,
+        })
     }
 }

@@ -32,6 +32,7 @@ pub use attach::{
     KERNEL_RING_CPU, SYSLOG_RING_CPU,
 };
 pub use event::{Event, Level};
+pub use format::RateLimitWord;
 pub use producer::EmitError;
 pub use reader::{Gap, LossReason, ReadPosition, RingItem, RingReader, Scribble};
 pub use unread::Unread;
@@ -249,7 +250,11 @@ impl Ring {
             // Relaxed: identity words are read once by producers at open;
             // nothing is ordered with them.
             let word = self.mem.word(i);
-            if word.load(Ordering::Relaxed) != want {
+            let have = word.load(Ordering::Relaxed);
+            // The version word's high half is how many header words the
+            // ring's creator knew of: an older eventd's ring is no scribble.
+            let same = have == want || (i == H_VERSION && have as u32 == VERSION);
+            if !same {
                 word.store(want, Ordering::Relaxed);
                 mended += 1;
             }
@@ -320,6 +325,22 @@ impl Ring {
     pub fn producer_refusals(&self) -> u64 {
         // Relaxed: a statistic.
         self.mem.word(H_PRODUCER_REFUSED).load(Ordering::Relaxed)
+    }
+
+    /// The rate limit the daemon published for this ring's producers.
+    pub fn rate_limit(&self) -> Option<RateLimitWord> {
+        // Relaxed: a setting read on its own; it orders nothing.
+        RateLimitWord::unpack(self.mem.word(H_RATE_LIMIT).load(Ordering::Relaxed))
+    }
+
+    /// Publishes the daemon's rate limit for this ring's producers (they
+    /// look at it about once a second); a no-op when it is already there.
+    pub fn publish_rate_limit(&self, limit: RateLimitWord) {
+        let word = self.mem.word(H_RATE_LIMIT);
+        // Relaxed: see `rate_limit`.
+        if word.load(Ordering::Relaxed) != limit.pack() {
+            word.store(limit.pack(), Ordering::Relaxed);
+        }
     }
 
     /// The position the reader last published and the sequence it expects

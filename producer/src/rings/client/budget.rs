@@ -6,26 +6,34 @@ pub use crate::rings::budget::{Budget, Verdict};
 use crate::rings::{Event, Level};
 use crate::sync::Ordering;
 
-/// The environment variable that turns the budget on for every producer
-/// of a process: `BURST/INTERVAL`, e.g. `10000/30s` (eventd's defaults).
+/// The environment variable that fixes the budget of every producer of a
+/// process: `BURST/INTERVAL`, e.g. `10000/30s`, or `off`. Unset, a
+/// producer follows the limit the daemon publishes in its rings
+/// (`RateLimitBurst` per `RateLimitInterval`).
 pub const BUDGET_ENV: &str = "EVENTD_RATE_LIMIT";
 /// The name of a producer's report of events it refused.
 pub const REFUSED_NAME: &str = "rate_limit.refused";
+/// How often a producer that follows the daemon looks at its limit.
+pub const LOOK_EVERY_MS: u64 = 1000;
 
 impl Budget {
-    /// The budget [`BUDGET_ENV`] asks for; off when unset or unreadable
-    /// (a producer never fails over its environment).
+    /// The budget [`BUDGET_ENV`] fixes; else (unset, or unreadable: a
+    /// producer never fails over its environment) the daemon's.
     pub fn from_env() -> Budget {
-        let (interval_ms, burst) = std::env::var(BUDGET_ENV)
-            .ok()
-            .and_then(|v| parse(&v))
-            .unwrap_or((0, 0));
-        Budget::new(interval_ms, burst)
+        match std::env::var(BUDGET_ENV).ok().as_deref().map(str::trim) {
+            Some("off" | "0") => Budget::new(0, 0),
+            Some(v) => match parse(v) {
+                Some((interval_ms, burst)) => Budget::new(interval_ms, burst),
+                None => Budget::following_daemon(),
+            },
+            None => Budget::following_daemon(),
+        }
     }
 }
 
 /// `BURST/INTERVAL` as (interval ms, burst); the interval is a whole
-/// number with a unit (`ms`, `s`, `min`/`m`, `h`), or seconds without one.
+/// number with a unit (`ms`, `s`, `min`/`m`, `h`, `d`), or seconds
+/// without one.
 pub fn parse(text: &str) -> Option<(u64, u64)> {
     let (burst, interval) = text.trim().split_once('/')?;
     let burst = burst.trim().parse().ok()?;
@@ -40,14 +48,15 @@ pub fn parse(text: &str) -> Option<(u64, u64)> {
         "" | "s" | "sec" => 1_000,
         "m" | "min" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return None,
     };
     Some((count.checked_mul(unit_ms)?, burst))
 }
 
 impl Producer {
-    /// Replaces this producer's budget: `burst` events per `interval_ms`
-    /// (either 0: none).
+    /// Fixes this producer's budget: `burst` events per `interval_ms`
+    /// (either 0: none), whatever the daemon publishes.
     pub fn with_budget(mut self, interval_ms: u64, burst: u64) -> Producer {
         self.budget = Budget::new(interval_ms, burst);
         self
@@ -62,10 +71,12 @@ impl Producer {
     /// report of a window that has just ended first. A refusal is counted
     /// in [`Producer::dropped`] too.
     pub(super) fn within_budget(&self, level: Level) -> bool {
+        let now_ms = crate::sync::monotonic_ms();
+        self.follow_daemon(now_ms);
         if self.budget.is_off() {
             return true;
         }
-        let verdict = self.budget.judge(level, crate::sync::monotonic_ms());
+        let verdict = self.budget.judge(level, now_ms);
         if let Some((refused, window_ms)) = verdict.report {
             self.report_refused(refused, window_ms);
         }
@@ -74,6 +85,34 @@ impl Producer {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
         verdict.pass
+    }
+
+    /// Takes the daemon's limit from the header of this CPU's ring, about
+    /// once a second, once the rings are open (before, the first emit
+    /// opens them and the next looks).
+    fn follow_daemon(&self, now_ms: u64) {
+        let budget = &self.budget;
+        // Relaxed: only says when to look; two threads looking at once
+        // both read the same word.
+        if !budget.follows_daemon() || now_ms < budget.next_look_ms.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(emitter) = self.emitter.get() else {
+            return;
+        };
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
+        let Ok(ring) = emitter.ring(cpu) else {
+            return;
+        };
+        budget
+            .next_look_ms
+            .store(now_ms.saturating_add(LOOK_EVERY_MS), Ordering::Relaxed);
+        match ring.rate_limit() {
+            Some(limit) => budget.set(limit.interval_ms, limit.burst),
+            // An eventd that publishes no limit: none here either.
+            None => budget.set(0, 0),
+        }
     }
 
     /// Writes one report of `refused` events (in a window of `window_ms`)
@@ -130,6 +169,7 @@ mod tests {
         assert_eq!(parse(" 5 / 250ms "), Some((250, 5)));
         assert_eq!(parse("100/2min"), Some((120_000, 100)));
         assert_eq!(parse("100/1h"), Some((3_600_000, 100)));
+        assert_eq!(parse("100/1d"), Some((86_400_000, 100)));
         assert_eq!(parse("100/7"), Some((7_000, 100)));
         assert_eq!(parse("0/30s"), Some((30_000, 0)));
         for bad in [

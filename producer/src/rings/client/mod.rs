@@ -76,7 +76,8 @@ pub struct Producer {
     said: AtomicBool,
     emitted: AtomicU64,
     dropped: AtomicU64,
-    /// This provider's budget in this process (off unless asked for).
+    /// This provider's budget in this process (the daemon's limit unless
+    /// fixed by `EVENTD_RATE_LIMIT` or [`Producer::with_budget`]).
     budget: budget::Budget,
 }
 
