@@ -22,6 +22,7 @@ pub const LIVE_KEYS: &[&str] = &[
     "MaxBatchSize",
     "RateLimitInterval",
     "RateLimitBurst",
+    "RateLimitOverrides",
     "RetentionMaxAge",
     "RetentionMaxBytes",
     "ExportBatchRows",
@@ -194,8 +195,9 @@ fn live_export(old: &Settings, new: &Settings) -> Option<super::ExportSettings> 
     Some(live)
 }
 
-/// RateLimitInterval and RateLimitBurst after a reload, when they changed;
-/// the drains get them through their handle ([`LiveConfig::on_reload`]).
+/// RateLimitInterval, RateLimitBurst and RateLimitOverrides after a
+/// reload, when they changed; the drains get them through their handle
+/// ([`LiveConfig::on_reload`]).
 fn live_rate_limit(old: &Settings, new: &Settings) -> Option<super::rate::RateLimit> {
     if new.rate_limit == old.rate_limit {
         return None;
@@ -204,9 +206,10 @@ fn live_rate_limit(old: &Settings, new: &Settings) -> Option<super::rate::RateLi
     tracing::info!(
         interval_ms,
         burst,
-        "RateLimitInterval/RateLimitBurst changed: windows opened from now on use them"
+        overrides = new.rate_limit.overrides.len(),
+        "rate limits changed: windows opened from now on use them"
     );
-    Some(new.rate_limit)
+    Some(new.rate_limit.clone())
 }
 
 /// Restart-only keys whose value in `file` differs from the running one.
@@ -362,6 +365,16 @@ mod tests {
         std::fs::write(&file, "RateLimitBurst = 0\n").unwrap();
         live.reload();
         assert_eq!(seen.lock().unwrap().unwrap().1, 0, "0 turns the limits off");
+        assert!(live.state().deferred.is_empty());
+        // The overrides are live too.
+        std::fs::write(
+            &file,
+            "RateLimitOverrides = [{ Unit = \"a.service\", Burst = 5 }]\n",
+        )
+        .unwrap();
+        live.reload();
+        assert_eq!(live.state().effective.rate_limit.overrides.len(), 1);
+        assert_eq!(*seen.lock().unwrap(), Some((30_000, 10_000)));
         assert!(live.state().deferred.is_empty());
     }
 

@@ -154,6 +154,9 @@ pub struct ConfigFile {
     pub rate_limit_interval: Option<String>,
     /// Events per source per window (0 turns limits off).
     pub rate_limit_burst: Option<i64>,
+    /// Other windows and bursts for some sources (by provider, unit or
+    /// uid), e.g. `[{ Unit = "backup.service", Burst = 100000 }]`.
+    pub rate_limit_overrides: Option<Vec<rate::OverrideFile>>,
 }
 
 /// A configuration problem, naming the file, key and allowed values.
@@ -171,6 +174,14 @@ pub enum ConfigError {
         key: &'static str,
         value: String,
         allowed: String,
+    },
+    /// One entry of a list key (e.g. `RateLimitOverrides`) is wrong.
+    #[error("{key}[{index}] = {entry}: {problem}")]
+    Entry {
+        key: &'static str,
+        index: usize,
+        entry: String,
+        problem: String,
     },
     /// A key that would show a secret: credentials belong in ExportUser
     /// and ExportPasswordFile.
@@ -233,7 +244,8 @@ pub struct Settings {
     /// The file these settings were read from (reloads read it again);
     /// `None` for the embedded defaults.
     pub config_file: Option<PathBuf>,
-    /// `RateLimitInterval` and `RateLimitBurst` (live).
+    /// `RateLimitInterval`, `RateLimitBurst` and `RateLimitOverrides`
+    /// (live).
     pub rate_limit: rate::RateLimit,
 }
 
@@ -283,7 +295,8 @@ impl ConfigFile {
             rate_limit: rate::RateLimit::from_file(
                 self.rate_limit_interval.as_deref(),
                 self.rate_limit_burst,
-            )?,
+            )?
+            .with_overrides(self.rate_limit_overrides.as_deref().unwrap_or_default())?,
             host_name: match &self.host_name {
                 Some(name) => check_host_name(name)?,
                 None => kernel_host_name(),

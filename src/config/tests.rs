@@ -314,3 +314,39 @@ fn the_config_reference_lists_every_key() {
         assert_eq!(applies, want, "{key} in docs/reference/config.md");
     }
 }
+
+/// Every configuration snippet in the docs (a ```toml block that is not a
+/// Cargo manifest) is a file eventd takes.
+#[test]
+fn the_docs_configuration_snippets_are_accepted() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&docs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("md") {
+            continue;
+        }
+        let page = std::fs::read_to_string(&path).unwrap();
+        let mut block: Option<String> = None;
+        for line in page.lines() {
+            match (&mut block, line.trim_end()) {
+                (None, "```toml") => block = Some(String::new()),
+                (Some(text), "```") => {
+                    if !text.trim_start().starts_with('[') {
+                        let s = ConfigFile::parse(text, &path)
+                            .and_then(|f| f.resolve(Path::new("/data")));
+                        assert!(s.is_ok(), "{}: {text}: {s:?}", path.display());
+                        checked += 1;
+                    }
+                    block = None;
+                }
+                (Some(text), l) => {
+                    text.push_str(l);
+                    text.push('\n');
+                }
+                (None, _) => {}
+            }
+        }
+    }
+    assert!(checked >= 3, "{checked} snippets");
+}

@@ -272,10 +272,7 @@ impl Daemon {
             state.max_batch.clone(),
         ));
         let limits = shared.limits.clone();
-        live.on_reload(Box::new(move |s| {
-            let (interval_ms, burst) = s.rate_limit.as_ms_and_burst();
-            limits.set(interval_ms, burst);
-        }));
+        live.on_reload(Box::new(move |s| set_rate_limits(&limits, &s.rate_limit)));
         let daemon = Daemon {
             state,
             stop: shared.stop,
@@ -557,8 +554,9 @@ impl Shared {
             },
             syslog_drops: Arc::new(crate::rings::drops::Drops::default()),
             limits: {
-                let (interval_ms, burst) = settings.rate_limit.as_ms_and_burst();
-                Arc::new(drain::RateLimits::new(interval_ms, burst))
+                let limits = Arc::new(drain::RateLimits::new(0, 0));
+                set_rate_limits(&limits, &settings.rate_limit);
+                limits
             },
             suppression: Arc::default(),
         }
@@ -653,4 +651,27 @@ pub(crate) fn ring_label(cpu: u32) -> String {
     } else {
         cpu.to_string()
     }
+}
+
+/// Hands the configured rate limits (the global one and the overrides) to
+/// the drains.
+fn set_rate_limits(limits: &drain::RateLimits, configured: &crate::config::rate::RateLimit) {
+    use crate::config::rate::OverrideSource;
+    let (interval_ms, burst) = configured.as_ms_and_burst();
+    limits.set(interval_ms, burst);
+    limits.set_overrides(
+        configured
+            .overrides
+            .iter()
+            .map(|o| drain::SourceLimit {
+                matches: match &o.source {
+                    OverrideSource::Provider(p) => drain::Matches::Provider(p.clone()),
+                    OverrideSource::Unit(u) => drain::Matches::Unit(u.clone()),
+                    OverrideSource::Uid(uid) => drain::Matches::Uid(*uid),
+                },
+                interval_ms: o.interval.as_millis() as u64,
+                burst: o.burst,
+            })
+            .collect(),
+    );
 }

@@ -12,7 +12,10 @@
 //! `suppressed` gap (so every sequence number is still accounted for) and,
 //! once the window has ended, writes one report of how many it suppressed
 //! ([`Limiter::closed`]), whether the source says anything more or not.
-//! Events of level err and more severe are never limited.
+//! Events of level err and more severe are never limited. Overrides
+//! ([`SourceLimit`]) give some sources (by provider, unit or uid) another
+//! window and burst, or none; the first that matches is chosen when the
+//! source's window opens.
 //!
 //! The state is bounded: at most [`TRACKED_SOURCES_MAX`] sources per drain;
 //! past that the oldest window is given up early (its report written) and
@@ -39,10 +42,40 @@ const LIMITED_FROM: Level = Level::Warning;
 
 /// `RateLimitInterval` and `RateLimitBurst` as they run, in one word
 /// (milliseconds in the high half, the burst in the low half), so a reload
-/// changes both at once and each drain reads one atomic per event.
+/// changes both at once and each drain reads one atomic per event; and
+/// the overrides, which a drain copies when their generation changes.
 #[derive(Debug)]
 pub struct RateLimits {
     word: AtomicU64,
+    overrides: Mutex<Arc<[SourceLimit]>>,
+    /// Bumped by every [`RateLimits::set_overrides`].
+    generation: AtomicU64,
+}
+
+/// Which sources an override is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Matches {
+    /// Events whose provider is this (a producer's, or a syslog tag).
+    Provider(String),
+    /// Sources keyed on this unit (eventd's own rings).
+    Unit(String),
+    /// Events of this uid.
+    Uid(u32),
+}
+
+/// An override: its sources get `burst` events per `interval_ms` (either
+/// 0: never limited) instead of the global limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLimit {
+    pub matches: Matches,
+    pub interval_ms: u64,
+    pub burst: u64,
+}
+
+impl SourceLimit {
+    fn limit(&self) -> Option<(u64, u64)> {
+        (self.interval_ms > 0 && self.burst > 0).then_some((self.interval_ms, self.burst))
+    }
 }
 
 impl RateLimits {
@@ -51,6 +84,8 @@ impl RateLimits {
     pub fn new(interval_ms: u64, burst: u64) -> Self {
         RateLimits {
             word: AtomicU64::new(pack(interval_ms, burst)),
+            overrides: Mutex::new(Arc::new([])),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -66,6 +101,31 @@ impl RateLimits {
         let w = self.word.load(Ordering::Relaxed);
         let (interval, burst) = (w >> 32, w & 0xffff_ffff);
         (interval > 0 && burst > 0).then_some((interval, burst))
+    }
+
+    /// Replaces the overrides (the first that matches a source wins).
+    pub fn set_overrides(&self, list: Vec<SourceLimit>) {
+        let mut held = self.overrides.lock().unwrap_or_else(|p| p.into_inner());
+        if *held.as_ref() == list[..] {
+            return;
+        }
+        *held = list.into();
+        // Relaxed: the list itself is read under the mutex; a drain that
+        // sees the new generation takes the lock and gets this list or a
+        // newer one, and one that does not yet sees it at a later event.
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The overrides and their generation.
+    fn overrides(&self) -> (u64, Arc<[SourceLimit]>) {
+        let held = self.overrides.lock().unwrap_or_else(|p| p.into_inner());
+        // Relaxed: read under the lock that `set_overrides` bumps it under.
+        (self.generation.load(Ordering::Relaxed), held.clone())
+    }
+
+    fn generation(&self) -> u64 {
+        // Relaxed: see `set_overrides`.
+        self.generation.load(Ordering::Relaxed)
     }
 }
 
@@ -119,6 +179,7 @@ struct Window {
     who: serde_json::Map<String, serde_json::Value>,
     start_ms: u64,
     interval_ms: u64,
+    burst: u64,
     passed: u64,
     suppressed: u64,
 }
@@ -177,6 +238,9 @@ pub struct Limiter {
     /// Reports of windows given up early, written with the next ones.
     evicted: Vec<Report>,
     next_scan_ms: u64,
+    /// The overrides as of `overrides_generation`.
+    overrides: Arc<[SourceLimit]>,
+    overrides_generation: u64,
 }
 
 impl Limiter {
@@ -189,15 +253,67 @@ impl Limiter {
             hasher: Default::default(),
             evicted: Vec::new(),
             next_scan_ms: 0,
+            overrides: Arc::new([]),
+            overrides_generation: 0,
         }
     }
 
-    /// The limit as producers' budgets follow it ([`Ring::publish_rate_limit`]).
+    /// The limit as producers' budgets follow it ([`Ring::publish_rate_limit`]):
+    /// the most lenient one that can apply to a CPU ring's events (the
+    /// global limit and every override by provider or uid; none when any
+    /// of them is off), so a budget never refuses what the drain would
+    /// take.
     ///
     /// [`Ring::publish_rate_limit`]: crate::rings::Ring::publish_rate_limit
-    pub fn published(&self) -> crate::rings::RateLimitWord {
-        let (interval_ms, burst) = self.limits.get().unwrap_or((0, 0));
+    pub fn published(&mut self) -> crate::rings::RateLimitWord {
+        self.refresh_overrides();
+        let off = crate::rings::RateLimitWord {
+            interval_ms: 0,
+            burst: 0,
+        };
+        let Some((mut interval_ms, mut burst)) = self.limits.get() else {
+            return off;
+        };
+        for o in self.overrides.iter() {
+            if matches!(o.matches, Matches::Unit(_)) {
+                continue;
+            }
+            let Some((i, b)) = o.limit() else {
+                return off;
+            };
+            interval_ms = interval_ms.min(i);
+            burst = burst.max(b);
+        }
         crate::rings::RateLimitWord { interval_ms, burst }
+    }
+
+    /// Copies the overrides when they changed (one atomic load otherwise).
+    fn refresh_overrides(&mut self) {
+        if self.limits.generation() != self.overrides_generation {
+            (self.overrides_generation, self.overrides) = self.limits.overrides();
+        }
+    }
+
+    /// The window and burst for `source` (whose event is `event`): the
+    /// first override that matches, else the global limit; `None`: never
+    /// limited.
+    fn limit_for(
+        &self,
+        event: &Event<'_>,
+        source: &Source<'_>,
+        global: Option<(u64, u64)>,
+    ) -> Option<(u64, u64)> {
+        for o in self.overrides.iter() {
+            let hit = match &o.matches {
+                Matches::Provider(p) => event.provider == p,
+                Matches::Unit(u) => matches!(source, Source::Unit { unit } if unit == u),
+                Matches::Uid(uid) => event.uid == *uid,
+            };
+            if hit {
+                return o.limit();
+            }
+        }
+        global
     }
 
     /// Whether `event` passes at `now_ms`; `false`: suppressed (counted in
@@ -213,24 +329,34 @@ impl Limiter {
             self.note_refused(event);
             return true;
         }
-        let Some((interval_ms, burst)) = self.limits.get() else {
+        self.refresh_overrides();
+        let global = self.limits.get();
+        if global.is_none() && self.overrides.is_empty() {
             return true;
-        };
+        }
         let source = Source::of(event, self.own);
         let key = self.hasher.hash_one(&source);
-        if !self.windows.contains_key(&key) && self.windows.len() >= TRACKED_SOURCES_MAX {
-            self.evict_oldest();
+        if !self.windows.contains_key(&key) {
+            let Some((interval_ms, burst)) = self.limit_for(event, &source, global) else {
+                // Never limited: not tracked either.
+                return true;
+            };
+            if self.windows.len() >= TRACKED_SOURCES_MAX {
+                self.evict_oldest();
+            }
+            self.windows
+                .insert(key, source.window(now_ms, interval_ms, burst));
         }
-        let w = self
-            .windows
-            .entry(key)
-            .or_insert_with(|| source.window(now_ms, interval_ms));
+        let Some(w) = self.windows.get_mut(&key) else {
+            // Inserted just above when missing.
+            return true;
+        };
         if !source.owns(w) {
             // Another source with the same 64-bit hash: let it pass
             // rather than charge it to a stranger.
             return true;
         }
-        if w.passed < burst {
+        if w.passed < w.burst {
             w.passed += 1;
             return true;
         }
@@ -378,7 +504,7 @@ impl<'a> Source<'a> {
         }
     }
 
-    fn window(&self, now_ms: u64, interval_ms: u64) -> Window {
+    fn window(&self, now_ms: u64, interval_ms: u64, burst: u64) -> Window {
         let mut who = serde_json::Map::new();
         match self {
             Source::Producer { provider, pid } => {
@@ -398,6 +524,7 @@ impl<'a> Source<'a> {
             who,
             start_ms: now_ms,
             interval_ms,
+            burst,
             passed: 0,
             suppressed: 0,
         }
@@ -500,6 +627,75 @@ mod tests {
                 "unit a.service"
             ]
         );
+    }
+
+    fn over(matches: Matches, interval_ms: u64, burst: u64) -> SourceLimit {
+        SourceLimit {
+            matches,
+            interval_ms,
+            burst,
+        }
+    }
+
+    #[test]
+    fn overrides_give_their_sources_another_burst_and_the_first_match_wins() {
+        let limits = Arc::new(RateLimits::new(1000, 2));
+        let mut l = Limiter::new(limits.clone(), Arc::default(), false);
+        limits.set_overrides(vec![
+            over(Matches::Provider("audit".into()), 0, 0),
+            over(Matches::Provider("chatty".into()), 1000, 5),
+            over(Matches::Uid(1000), 1000, 3),
+        ]);
+        let passed = |l: &mut Limiter, e: &Event<'_>| (0..10).filter(|_| l.admit(e, 0)).count();
+        // Never limited, and not tracked.
+        assert_eq!(passed(&mut l, &event("audit", 1, Level::Info)), 10);
+        assert!(l.windows.is_empty());
+        // The provider's entry comes before the uid's.
+        assert_eq!(passed(&mut l, &event("chatty", 2, Level::Info)), 5);
+        // uid 1000 (the test events' uid): 3.
+        assert_eq!(passed(&mut l, &event("other", 3, Level::Info)), 3);
+        let mut e = event("other", 4, Level::Info);
+        e.uid = 0;
+        assert_eq!(passed(&mut l, &e), 2, "the global limit");
+        // The global limit off, an override still limits its sources.
+        limits.set(0, 0);
+        limits.set_overrides(vec![over(Matches::Provider("chatty".into()), 1000, 1)]);
+        assert_eq!(passed(&mut l, &event("chatty", 9, Level::Info)), 1);
+        assert_eq!(passed(&mut l, &event("other", 9, Level::Info)), 10);
+    }
+
+    #[test]
+    fn unit_overrides_apply_to_sources_keyed_on_that_unit() {
+        let limits = Arc::new(RateLimits::new(1000, 1));
+        limits.set_overrides(vec![over(Matches::Unit("backup.service".into()), 1000, 4)]);
+        let mut l = Limiter::new(limits, Arc::default(), true);
+        let mut e = event("tar", 1, Level::Info);
+        e.fields = r#"{"comm":"tar","unit":"backup.service"}"#;
+        assert_eq!((0..10).filter(|_| l.admit(&e, 0)).count(), 4);
+        e.fields = r#"{"comm":"tar","unit":"web.service"}"#;
+        assert_eq!((0..10).filter(|_| l.admit(&e, 0)).count(), 1);
+    }
+
+    #[test]
+    fn producers_are_told_the_most_lenient_limit_that_can_apply_to_them() {
+        let limits = Arc::new(RateLimits::new(30_000, 100));
+        let mut l = Limiter::new(limits.clone(), Arc::default(), false);
+        let word = |l: &mut Limiter| {
+            let w = l.published();
+            (w.interval_ms, w.burst)
+        };
+        assert_eq!(word(&mut l), (30_000, 100));
+        // A unit's override cannot match a CPU ring's event.
+        limits.set_overrides(vec![
+            over(Matches::Unit("u.service".into()), 1000, 1_000_000),
+            over(Matches::Provider("p".into()), 10_000, 500),
+        ]);
+        assert_eq!(word(&mut l), (10_000, 500));
+        limits.set_overrides(vec![over(Matches::Uid(7), 0, 0)]);
+        assert_eq!(word(&mut l), (0, 0), "a source never limited");
+        limits.set_overrides(Vec::new());
+        limits.set(0, 0);
+        assert_eq!(word(&mut l), (0, 0));
     }
 
     #[test]

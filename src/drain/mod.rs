@@ -22,7 +22,7 @@ mod tracker;
 
 pub use handoff::{payload_len, split_payload, write_payload, Handoff, Kind};
 pub use health::{RingMaker, HEALTH_INTERVAL};
-pub use limit::{RateLimits, Suppression};
+pub use limit::{Matches, RateLimits, SourceLimit, Suppression};
 
 use health::{Health, HEALTH_EVERY_EVENTS};
 use orphans::Orphans;
