@@ -282,9 +282,10 @@ fn crash_sigkill_at_random_moments_loses_and_duplicates_nothing() {
     // Rings of 64 MiB: the feeders write about 40,000 lines a second, and
     // a debug daemon on a loaded machine can take seconds to restart; the
     // test's premise is that the rings never lap (so nothing may be lost).
+    // One feeder writes far past a source's share: rate limits off.
     let cfg = config(
         dir.path(),
-        "StorageShards = 6\nMaxBatchSize = 300\nRingBytes = 67108864\n",
+        "StorageShards = 6\nMaxBatchSize = 300\nRingBytes = 67108864\nRateLimitBurst = 0\n",
     );
     // Short stripes and small channels: at any kill, some shards hold
     // uncommitted stripes between committed ones.
@@ -307,7 +308,7 @@ fn crash_with_lapped_rings_stores_every_sequence_once_or_in_a_gap() {
     // down (and while it catches up), so gaps meet committed runs.
     let cfg = config(
         dir.path(),
-        "StorageShards = 4\nMaxBatchSize = 200\nRingBytes = 65536\n",
+        "StorageShards = 4\nMaxBatchSize = 200\nRingBytes = 65536\nRateLimitBurst = 0\n",
     );
     let tuning = ["--stripe-len", "5", "--channel-slots", "64"];
     let (eventd, sent) = crash_loop(&data, &cfg, &tuning, 10, Duration::from_millis(1), true);

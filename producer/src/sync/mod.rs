@@ -93,13 +93,23 @@ mod imp {
     /// spinning only multiplies the interleavings to explore.
     pub const SPIN_BEFORE_SLEEP: bool = true;
 
-    /// Milliseconds on a monotonic clock, for bounded waits.
+    /// Milliseconds on a monotonic clock (since boot), for bounded waits and
+    /// rate windows. The coarse clock: a few ms of resolution (one tick),
+    /// and a vDSO read of the last tick's time, several times cheaper than
+    /// the precise clock, which matters on the producer's emit path.
+    #[inline]
     pub fn monotonic_ms() -> u64 {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        START
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_millis() as u64
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid timespec to write into; CLOCK_MONOTONIC_COARSE
+        // exists on every Linux eventd runs on (2.6.32 and later), and
+        // cannot fail with a valid pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        (ts.tv_sec as u64)
+            .saturating_mul(1000)
+            .saturating_add(ts.tv_nsec as u64 / 1_000_000)
     }
 }
 
