@@ -10,7 +10,8 @@
 //! bytes before its time counts.
 //!
 //! `cargo bench --bench channel`; `scripts/bench-table` turns the results into
-//! the table in docs/performance.md.
+//! the table in perf/runs/notebook.md#handoff-channel (headline:
+//! docs/performance.md#handoff-channel).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use eventd::channel::{Capacity, HandoffChannel};

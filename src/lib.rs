@@ -45,7 +45,7 @@
 //!
 //! Beside them, leaves any stage may use: [`threads`] (watched threads
 //! and the failure hook), [`access`] (above) and [`redact`] (credentials
-//! kept out of shown text). `docs/architecture.md`
+//! kept out of shown text). `docs/design/architecture.md`
 //! follows one event through these modules, file by file.
 //!
 //! Everything but `sync`, `channel`, `rings` and `routing` uses std threads

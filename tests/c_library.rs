@@ -1,6 +1,6 @@
 //! libeventd as a C programmer meets it: an installed-style layout
 //! (`include/eventd.h`, `lib/libeventd.so`) and nothing else of this
-//! checkout. Every C snippet in docs/emitting.md is compiled there with
+//! checkout. Every C snippet in docs/guide/emitting.md is compiled there with
 //! `-leventd` alone and run against a real eventd, and its events are
 //! checked in the stored rows; a program asks the library its version.
 
@@ -96,9 +96,9 @@ fn c_snippets(page: &str) -> Vec<String> {
 
 #[test]
 fn docs_c_snippets_build_with_only_the_header_and_run() {
-    let page = std::fs::read_to_string(repo().join("docs/emitting.md")).unwrap();
+    let page = std::fs::read_to_string(repo().join("docs/guide/emitting.md")).unwrap();
     let snippets = c_snippets(&page);
-    assert!(!snippets.is_empty(), "docs/emitting.md has no C snippet");
+    assert!(!snippets.is_empty(), "docs/guide/emitting.md has no C snippet");
     for (i, snippet) in snippets.iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         let root = installed(&dir.path().join("usr"));
@@ -136,7 +136,7 @@ fn docs_c_snippets_build_with_only_the_header_and_run() {
 }
 
 /// The static archive holds the producer and nothing of the daemon: a
-/// hello linked with it (unused sections dropped, as docs/emitting.md
+/// hello linked with it (unused sections dropped, as docs/guide/emitting.md
 /// says) and stripped is under 1 MB, and its event is stored.
 #[test]
 fn static_hello_is_small_and_emits() {

@@ -193,7 +193,7 @@ fn rust_tracing_layer_and_log_backend() {
         }
     }
     assert_eq!(warns, RUST_THREADS * RUST_EVENTS / 5);
-    // What docs/emitting.md shows, in the same forms.
+    // What docs/guide/emitting.md shows, in the same forms.
     let shown = |args: &[&str]| -> String {
         let out = Command::new(EVENTCTL)
             .arg("--data-dir")

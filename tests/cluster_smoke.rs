@@ -2,7 +2,7 @@
 //! of the 18.16 behaviours an exactly-once exporter leans on: Distributed
 //! inserts, block deduplication and its window, and quorum inserts with a
 //! SIGSTOPped replica. Facts and the queries behind them:
-//! docs/clickhouse-notes.md.
+//! docs/design/clickhouse-notes.md.
 //!
 //! Skipped (with the `apt-get install` line) where ClickHouse or ZooKeeper
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1`.

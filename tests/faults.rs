@@ -230,7 +230,7 @@ impl Feeder {
 }
 
 // ---------------------------------------------------------------------------
-// Ring files, word by word (docs/rings.md).
+// Ring files, word by word (docs/design/rings.md).
 
 const H_MAGIC: usize = 0;
 const H_GEOMETRY: usize = 3;

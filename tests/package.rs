@@ -864,7 +864,7 @@ fn the_debian_packages_build_install_run_and_purge() {
     }
 
     // What installing made: the user and group, the directories with
-    // docs/security.md's modes, the units enabled, the library known.
+    // docs/design/security.md's modes, the units enabled, the library known.
     let passwd = run(&mut cmd("getent", &["passwd", "eventd"]));
     let fields: Vec<&str> = passwd.trim().split(':').collect();
     let (uid, gid): (u32, u32) = (fields[2].parse().unwrap(), fields[3].parse().unwrap());

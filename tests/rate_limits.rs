@@ -1,4 +1,4 @@
-//! Fair share (docs/rate-limits.md): a real eventd under a flood from
+//! Fair share (docs/guide/rate-limits.md): a real eventd under a flood from
 //! threads on every CPU, with the default limits. The quiet provider keeps
 //! every event, the flood's events are each stored, suppressed or
 //! overwritten (exactly), the flooder's suppression is reported when its
@@ -115,7 +115,7 @@ fn the_drains_limits_count_a_flood_exactly() {
              AND message LIKE '%provider flood%'",
         ) > 0
     });
-    // The query docs/rate-limits.md shows.
+    // The query docs/guide/rate-limits.md shows.
     let listed = eventctl_text(
         &data,
         &[

@@ -88,7 +88,7 @@ fn a_command_writing_both_streams_with_prefixes_and_failing_is_stored_line_by_li
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let eventd = Eventd::start(&data, None);
-    // The command of docs/emitting.md.
+    // The command of docs/guide/emitting.md.
     let script = "echo 'plain out'; echo '<3>prefixed err' >&2; echo 'plain err' >&2; \
                   echo '<6>prefixed info'; printf 'no newline at the end'; exit 3";
     let out = run(&data, &["--", "sh", "-c", script]);

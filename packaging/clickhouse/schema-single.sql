@@ -1,4 +1,4 @@
--- eventd's tables on a single ClickHouse server (see docs/export.md): no
+-- eventd's tables on a single ClickHouse server (see docs/design/export.md): no
 -- ZooKeeper, no cluster, no macros. `eventctl export init` runs these
 -- statements with ${DATABASE} replaced (default "eventd") and ${SETTINGS}
 -- replaced by `SETTINGS non_replicated_deduplication_window = 1000` on

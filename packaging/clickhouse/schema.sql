@@ -1,4 +1,4 @@
--- eventd's tables in ClickHouse (see docs/export.md). `eventctl export init`
+-- eventd's tables in ClickHouse (see docs/design/export.md). `eventctl export init`
 -- runs these statements with ${DATABASE} and ${CLUSTER} replaced (defaults
 -- "eventd" and "eventd"); each is idempotent. {shard} and {replica} are the
 -- servers' own macros (see cluster.xml).

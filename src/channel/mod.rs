@@ -305,7 +305,7 @@ impl<H> HandoffChannel<H> {
 const SPIN_ROUNDS: u32 = 10;
 /// The receiver skips the shortest spins: polling a slot the sender is still
 /// writing pulls its cache line back and forth once per event, which measured
-/// three to five times slower (docs/performance.md) than letting a few events
+/// three to five times slower (docs/performance.md#handoff-channel) than letting a few events
 /// gather first.
 const RX_SPIN_FIRST: u32 = 5;
 

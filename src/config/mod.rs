@@ -25,7 +25,7 @@ use std::time::Duration;
 pub const DATA_DIR_DEFAULT: &str = "./eventd-data";
 
 /// `MaxBatchSize`: events per commit at most. The default was chosen with
-/// the load harness (docs/performance.md).
+/// the load harness (docs/performance.md#end-to-end).
 pub const MAX_BATCH_SIZE_DEFAULT: u64 = 4096;
 pub const MAX_BATCH_SIZE_RANGE: (u64, u64) = (1, 1_000_000);
 
@@ -35,8 +35,7 @@ pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
 
 /// `QueryIndexes`: the events columns and structured fields each shard
 /// indexes for queries (beside the time, always indexed). The default was
-/// chosen with `eventd-perf fields` (docs/performance.md, "A day of
-/// events"): over 100M events a rare provider's first result took 3 ms
+/// chosen with `eventd-perf fields` (docs/performance.md#a-day-of-events): over 100M events a rare provider's first result took 3 ms
 /// with the index and 20 s without, for 0.76 of eventd's insert rate;
 /// every other candidate cost more (name, pid, a field: a quarter to a
 /// third of the bare insert rate left) for filters used less often.
@@ -50,7 +49,7 @@ pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as 
 pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
 
 /// `ExportBatchRows`: rows per insert into ClickHouse at most. The default
-/// was chosen with `eventd-perf export` (docs/performance.md): 50,000 rows
+/// was chosen with `eventd-perf export` (perf/runs/notebook.md#figures-2026-12-02---system-binary-after-read-ahead-and-encoding-while-reading): 50,000 rows
 /// exported 2.2x as fast as 5,000; 200,000 another 1.24x at four times the
 /// memory per batch (tens of MB) and a 2 s first batch. The top is below
 /// ClickHouse's block size (1,048,576 rows), so a batch is one block.
@@ -63,7 +62,7 @@ pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
 /// they are free. 19 gives a nice-0 thread about 68 times an export
 /// thread's share of a contended CPU (the kernel's weights 1024 vs 15);
 /// on idle CPUs export runs as fast as at 0. Chosen with `eventd-perf
-/// export` (docs/performance.md, "Export below ingestion"): flat-out
+/// export` (docs/performance.md#export-below-ingestion): flat-out
 /// ingestion with export on kept 0.80-0.94 of its rate at 19 against
 /// 0.57-0.70 at 10, and 0.98-1.08 against 0.76-1.01 with the cluster's
 /// CPU out of the way; export lag at half that rate stayed in seconds.

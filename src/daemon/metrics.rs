@@ -338,7 +338,7 @@ fn shards(e: &mut Exposition, state: &DaemonState) {
     );
     e.family(
         "eventd_shard_checkpoints_total",
-        "WAL checkpoints the writer ran (between batches, see docs/storage.md).",
+        "WAL checkpoints the writer ran (between batches, see docs/design/storage.md).",
         Kind::Counter,
         per(&|w| load(&w.checkpoints)),
     );

@@ -1,7 +1,7 @@
 //! The daemon: start-up as a list of named steps, the threads it runs, and
 //! shutdown.
 //!
-//! [`Daemon::start`] reads as the steps `docs/storage.md` numbers: check
+//! [`Daemon::start`] reads as the steps `docs/design/storage.md` numbers: check
 //! the settings and prepare the directories (access), lock the data
 //! directory, attach the rings (R4 ordinals), plan the shards (R1) and the
 //! descriptors (R2), open the active shards (R12), plan each ring's resume

@@ -1,5 +1,5 @@
 //! The start-up steps, each a function `Daemon::start` calls in turn (the
-//! steps docs/storage.md numbers): check the settings, prepare the
+//! steps docs/design/storage.md numbers): check the settings, prepare the
 //! directories, lock, attach the rings, plan the shards (count, R1, and
 //! descriptors, R2). Opening the shards, recovery and the threads belong to
 //! their stages (`store`, `store::recovery`, `drain`).

@@ -10,7 +10,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 /// Internal sizes chosen by measurement with the load harness
-/// (docs/performance.md), not operator settings.
+/// (docs/performance.md#end-to-end), not operator settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tunables {
     /// R5 stripe length L: consecutive events a drain sends to one shard.
@@ -39,7 +39,8 @@ const CHANNEL_SLOT_BYTES: u64 = 1024;
 /// drains striping over 256 shards the 256 slots that 256 KiB gave held
 /// batches near 1,070 events and ingestion at 0.53-0.65 of the ceiling;
 /// 512 gave 1,396 and 0.73, for about 26 MiB more at 256 shards (each slot
-/// keeps its payload buffer; `eventd-perf scale`, docs/performance.md).
+/// keeps its payload buffer; `eventd-perf scale`,
+/// perf/runs/notebook.md#at-server-scale-simulated-rings-eventd-perf-scale-2026-12-02).
 const CHANNEL_SLOTS_MIN: u64 = 512;
 
 impl Default for Tunables {

@@ -211,7 +211,7 @@ impl FleetQuery<'_> {
         }
         if let Some(v) = &f.grep {
             // re2's syntax, which the patterns people write share with
-            // the regex crate's (see docs/queries.md).
+            // the regex crate's (see docs/guide/queries.md).
             terms.push(format!("match(message, {})", quote(v)));
         }
         for (key, value) in &f.fields {

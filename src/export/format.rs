@@ -1,6 +1,6 @@
 //! The ClickHouse tables' columns and the two wire formats rows travel in:
 //! RowBinary (what the export stage sends, the measured choice, see
-//! docs/performance.md) and JSONEachRow (kept for the comparison and for
+//! perf/runs/notebook.md#a-raw-reader-2026-12-02-night) and JSONEachRow (kept for the comparison and for
 //! people reading a batch). One place owns the column order of both
 //! ClickHouse tables; `packaging/clickhouse/schema.sql` declares them.
 //!

@@ -1,5 +1,5 @@
 //! The export stage: every committed event and gap of every shard file,
-//! exactly once, into a ClickHouse cluster (docs/export.md).
+//! exactly once, into a ClickHouse cluster (docs/design/export.md).
 //!
 //! It runs beside the write path and never touches it: it reads the shard
 //! files through its own read-only connections (R8 holds: the writers stay

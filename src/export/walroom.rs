@@ -7,8 +7,7 @@
 //! while the last is being sent, nearly always holds one; behind it the
 //! WAL of a busy shard grew to hundreds of MB, and the writer, whose WAL
 //! stays past four times its checkpoint threshold, checkpoints (and syncs)
-//! after every commit (docs/performance.md, "The WAL behind a slow
-//! reader").
+//! after every commit (docs/performance.md#the-wal-behind-a-slow-reader).
 //!
 //! So the exporter reads a batch in runs of `source::RUN_ROWS` events, a
 //! snapshot each, and before each run (and before each batch) it looks at

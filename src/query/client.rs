@@ -17,7 +17,7 @@ pub fn call(
         let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
             // The shard files grant no more than the socket: no point in
             // pointing at --offline.
-            "querying needs membership of eventd's QueryGroup (see docs/security.md)"
+            "querying needs membership of eventd's QueryGroup (see docs/design/security.md)"
         } else {
             "is it running with this --data-dir? `eventctl query --offline` reads the shard \
              files without it, for those who may read them"

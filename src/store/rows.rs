@@ -2,7 +2,7 @@
 //! statements that write rows, and the row types with their conversions.
 //! Every other module names columns through here, so adding a column is
 //! this file plus a migration (`schema.rs`). The tables themselves are
-//! described in `docs/storage.md`.
+//! described in `docs/design/storage.md`.
 
 use rusqlite::{params, Row, Statement};
 use serde::{Deserialize, Serialize};
@@ -387,7 +387,7 @@ impl NewGap<'_> {
 /// One receipt: a contiguous run of one ring epoch's sequence numbers
 /// committed in one transaction, the reader position just after it, and
 /// the ring's commit watermark as it was before that commit (see
-/// `docs/storage.md`).
+/// `docs/design/storage.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Receipt {
     pub ring_epoch: u64,

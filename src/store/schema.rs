@@ -2,7 +2,7 @@
 //! SQLite's `user_version`, and the pragmas each connection runs with.
 //!
 //! Column names are plain (`events.ts`, `cpu`, `seq`, `level`, ...) so that
-//! `sqlite3` users can read a shard directly; docs/storage.md describes every
+//! `sqlite3` users can read a shard directly; docs/design/storage.md describes every
 //! table.
 
 use rusqlite::Connection;
@@ -198,8 +198,8 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<Result<(), i64>> {
 /// a 4 KiB page (SQLite's default) with about fifteen, so inserts spend
 /// much of their time on per-page work (splitting and balancing b-tree
 /// pages, WAL frames and their checksums, page-cache lookups); with 32 KiB
-/// pages the bare insert ceiling was 1.4-1.6x as fast (`pragmas` in
-/// docs/performance.md). Existing files keep the size they were made with.
+/// pages the bare insert ceiling was 1.4-1.6x as fast (
+/// docs/performance.md#sqlite-settings). Existing files keep the size they were made with.
 pub const PAGE_BYTES: i64 = 32 << 10;
 
 /// WAL bytes between two checkpoints: 1000 pages of 4 KiB (SQLite's
@@ -213,7 +213,8 @@ const CHECKPOINT_BYTES: i64 = 1000 * 4096;
 /// export thread at niceness 19 descheduled in the middle of a batch on a
 /// busy CPU) stops checkpoints from copying everything back, and the WAL
 /// grows meanwhile: 437 MB a file in a 10 s flat-out point with export on
-/// (docs/performance.md). Without a limit SQLite keeps the file that
+/// (perf/runs/notebook.md#the-cluster-on-a-cpu-of-its-own---cluster-cpus-0-2026-12-03).
+/// Without a limit SQLite keeps the file that
 /// large after it starts over; with it, the first commit after the restart
 /// cuts the file back.
 pub const WAL_LIMIT_BYTES: i64 = 8 * CHECKPOINT_BYTES;
@@ -241,7 +242,7 @@ pub fn size_writer_caches(writers: usize) {
 }
 
 /// Pragmas of a writer connection, chosen with the load harness
-/// (docs/performance.md):
+/// (docs/performance.md#sqlite-settings):
 /// - WAL lets queries read while the writer commits.
 /// - `synchronous = NORMAL` syncs at checkpoints, not at every commit: a
 ///   killed process loses nothing committed; after a power cut recovery

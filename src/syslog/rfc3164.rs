@@ -1,6 +1,6 @@
 //! The BSD header of RFC 3164, `[TIMESTAMP ][HOSTNAME ]TAG[[PID]]: MSG`,
 //! read as rsyslog's `pmrfc3164` and syslog-ng's `syslog-format` read it,
-//! with the variants real senders write (docs/syslog.md lists them).
+//! with the variants real senders write (docs/guide/syslog.md lists them).
 //!
 //! The rule that tells a hostname from a tag: after the timestamp, a word
 //! followed by a space (or ending the message) is the hostname when it can

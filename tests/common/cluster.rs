@@ -3,7 +3,7 @@
 //! Everything runs under one temporary directory on loopback ports picked at
 //! start: nothing touches a system-wide service. Written against Debian 12's
 //! `clickhouse-server` 18.16.1 and `zookeeper` 3.8.0; what those versions do
-//! (and do not do) is written down in `docs/clickhouse-notes.md`.
+//! (and do not do) is written down in `docs/design/clickhouse-notes.md`.
 //!
 //! ```ignore
 //! let c = Cluster::start(2, 2, Options::default());

@@ -5,7 +5,7 @@
 //! The lines are written for eventd after RFC 3164, RFC 5424 and the
 //! formats rsyslog's `pmrfc3164` and syslog-ng's `syslog-format` document;
 //! host names, programs and texts are made up. `class` names the shape as
-//! docs/syslog.md lists them.
+//! docs/guide/syslog.md lists them.
 #![allow(dead_code)] // each user takes what it needs
 
 use eventd::syslog::parse::{facility_name, Parsed};

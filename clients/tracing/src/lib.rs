@@ -14,7 +14,7 @@
 //!
 //! Each event is one record in the ring of the CPU the thread runs on: a
 //! few hundred nanoseconds, no system call, no lock, never a wait for
-//! eventd. What goes where (docs/emitting.md):
+//! eventd. What goes where (docs/guide/emitting.md):
 //!
 //! | eventd column | from `tracing` | from `log` |
 //! |---|---|---|

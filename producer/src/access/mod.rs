@@ -1,4 +1,4 @@
-//! Who may do what: the permission model of `docs/security.md`, as code.
+//! Who may do what: the permission model of `docs/design/security.md`, as code.
 //!
 //! Three things can be granted, each to root and eventd's own user always,
 //! and beyond them to a group, to every local user, or to nobody else:

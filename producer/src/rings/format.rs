@@ -1,5 +1,5 @@
 //! The KMES ring file format: geometry, header words, and the packed words
-//! producers and the reader exchange. `docs/rings.md` has the byte-level table.
+//! producers and the reader exchange. `docs/design/rings.md` has the byte-level table.
 //!
 //! A ring file is `512 + page_count × page_size` bytes: a 512-byte header,
 //! then `page_count` data pages. Everything is little-endian and 8-byte aligned, and

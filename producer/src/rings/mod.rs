@@ -6,7 +6,7 @@
 //! One drain thread per ring reads it ([`reader`]): events in sequence order,
 //! or gaps with the exact number of events lost and why. The ring file is
 //! writable by every producer, so the reader treats its contents as untrusted
-//! input. `docs/rings.md` describes the format byte by byte.
+//! input. `docs/design/rings.md` describes the format byte by byte.
 
 #[cfg(not(loom))]
 pub mod attach;
@@ -88,7 +88,7 @@ pub enum RingError {
     },
     #[error(
         "{path}: permission denied: emitting through the rings needs membership of the \
-         ProducerGroup eventd runs with (see docs/security.md); any user can log through the \
+         ProducerGroup eventd runs with (see docs/design/security.md); any user can log through the \
          syslog socket instead"
     )]
     NotAProducer { path: PathBuf },

@@ -5,7 +5,7 @@
 //! frozen: the front page's count is the reserve word's, every reservation
 //! made before the mark included. Each earlier page's count is the
 //! difference of its successor's first sequence and its own (invariant 3 of
-//! docs/rings.md). A scribbled meta word can make that difference wrong, so
+//! docs/design/rings.md). A scribbled meta word can make that difference wrong, so
 //! each page is also walked record by record (a record's state word holds
 //! its length and sequence number) and the larger of the two is taken; the
 //! count says whether the two agreed everywhere.

@@ -70,7 +70,7 @@ pub enum Command {
 }
 
 /// `eventctl query`: journalctl's options where it has one (its short
-/// flags and meanings win over eventd's older ones; docs/journalctl.md).
+/// flags and meanings win over eventd's older ones; docs/guide/journalctl.md).
 #[derive(clap::Args)]
 #[command(after_long_help = QUERY_AFTER_HELP)]
 pub struct QueryArgs {
@@ -311,7 +311,7 @@ pub struct StatusArgs {
 }
 
 #[derive(clap::Args)]
-/// `eventctl run`: systemd-cat's role (docs/emitting.md).
+/// `eventctl run`: systemd-cat's role (docs/guide/emitting.md).
 pub struct RunArgs {
     /// The provider of the command's lines (default: the command's name).
     #[arg(long, short = 't', value_name = "NAME")]

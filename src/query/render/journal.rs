@@ -1,7 +1,7 @@
 //! journalctl's output formats: `short` and its kin, `cat`, `verbose`,
 //! `json` and `json-pretty`.
 //!
-//! The JSON object of an event (documented in docs/queries.md): the
+//! The JSON object of an event (documented in docs/guide/queries.md): the
 //! event's columns, `hostname` (the host that stored it: `HostName`, or a
 //! fleet row's host, which is also given as `host`), and `fields` as an
 //! object (`{}` when the event has none). Fields whose stored text is not

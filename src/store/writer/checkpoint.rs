@@ -7,7 +7,7 @@
 //! channel and reads nothing from its ring. With two drains over 256
 //! shards the syncs were most of what eventd lost against the bare
 //! ceiling (the same build without syncs ingested 1.27-1.48x as fast,
-//! docs/performance.md).
+//! perf/runs/notebook.md#checkpoints-between-stripes-2026-12-02-night-landed-the-next-session).
 //!
 //! So a writer takes its checkpoints over from SQLite
 //! ([`Checkpoints::take_over`]) and runs them itself, the same PASSIVE

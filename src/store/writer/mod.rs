@@ -84,7 +84,7 @@ pub struct ShardWriter {
 const SHUTDOWN_ATTEMPTS: u32 = 5;
 /// A batch of 2 up to this many items waits [`LINGER`] for more before it
 /// is committed (chosen with the syslog scenario of the load harness, see
-/// docs/performance.md).
+/// perf/runs/notebook.md#syslog-beside-rsyslog-journald-and-syslog-ng).
 const LINGER_BELOW_ITEMS: usize = 1024;
 const LINGER: Duration = Duration::from_millis(1);
 /// Pauses of [`LINGER`] a batch may wait through. One: with eight (while
