@@ -98,7 +98,10 @@ fn c_snippets(page: &str) -> Vec<String> {
 fn docs_c_snippets_build_with_only_the_header_and_run() {
     let page = std::fs::read_to_string(repo().join("docs/guide/emitting.md")).unwrap();
     let snippets = c_snippets(&page);
-    assert!(!snippets.is_empty(), "docs/guide/emitting.md has no C snippet");
+    assert!(
+        !snippets.is_empty(),
+        "docs/guide/emitting.md has no C snippet"
+    );
     for (i, snippet) in snippets.iter().enumerate() {
         let dir = tempfile::tempdir().unwrap();
         let root = installed(&dir.path().join("usr"));

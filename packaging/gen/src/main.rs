@@ -7,7 +7,8 @@
 //!
 //! Writes `OUT_DIR/man/eventd.8`, `eventctl.1` and one `eventctl-*.1` per
 //! subcommand, and `OUT_DIR/completions/` for bash (`NAME.bash`), zsh
-//! (`_NAME`) and fish (`NAME.fish`).
+//! (`_NAME`) and fish (`NAME.fish`). Its tests also keep
+//! `docs/reference/eventctl.md` in step with eventctl's CLI (`markdown.rs`).
 
 // The argument structs are only rendered here, never filled: their fields
 // are read by the binaries, not by this program.
@@ -17,6 +18,7 @@ mod eventctl_cli;
 #[allow(dead_code)]
 #[path = "../../../src/bin/eventd/cli.rs"]
 mod eventd_cli;
+mod markdown;
 
 use clap::CommandFactory;
 use clap_complete::Shell;

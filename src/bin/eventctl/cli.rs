@@ -82,6 +82,7 @@ pub struct QueryArgs {
     /// Events before this time (same forms as --since).
     #[arg(short = 'U', long, allow_hyphen_values = true)]
     pub until: Option<String>,
+    /// Events of this CPU's ring (the CPU they were emitted on).
     #[arg(long)]
     pub cpu: Option<u32>,
     /// A level and those more severe (emerg, alert, crit, err, warning,
@@ -102,10 +103,13 @@ pub struct QueryArgs {
         value_name = "PROVIDER"
     )]
     pub providers: Vec<String>,
+    /// Events with this name.
     #[arg(long)]
     pub name: Option<String>,
+    /// Events of this process id.
     #[arg(long)]
     pub pid: Option<u32>,
+    /// Events of this user id.
     #[arg(long)]
     pub uid: Option<u32>,
     /// Events of this systemd unit ("nginx" is nginx.service; globs like
@@ -306,6 +310,7 @@ pub enum SchemaArg {
 
 #[derive(clap::Args)]
 pub struct StatusArgs {
+    /// How the status is printed: text, JSON or a table.
     #[arg(long, value_enum, default_value = "text")]
     pub output: Output,
 }
