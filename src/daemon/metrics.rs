@@ -558,3 +558,45 @@ fn retention(e: &mut Exposition, state: &DaemonState) {
         load(&r.store_used_bytes),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// The metric names written as string literals in `text` ("eventd_...").
+    fn names_in(text: &str) -> BTreeSet<String> {
+        text.split("\"eventd_")
+            .skip(1)
+            .filter_map(|rest| {
+                let name = rest.split('"').next()?;
+                let word = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+                let ok = !name.is_empty() && name.chars().all(word);
+                ok.then(|| format!("eventd_{name}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_metrics_reference_lists_every_metric() {
+        // The files whose functions add families to the exposition.
+        let mut code = names_in(include_str!("metrics.rs"));
+        code.extend(names_in(include_str!("sources.rs")));
+        code.retain(|n| !n.starts_with("eventd_test"));
+        assert!(code.contains("eventd_rate_limit_refused_at_source_total"));
+        assert!(code.len() > 60, "{code:?}");
+        let page = include_str!("../../docs/reference/metrics.md");
+        // Its tables' rows: "| `name` | type | labels | meaning |".
+        let documented: BTreeSet<String> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `eventd_"))
+            .filter_map(|l| l.split('`').next())
+            .map(|n| format!("eventd_{n}"))
+            .collect();
+        let missing: Vec<_> = code.difference(&documented).collect();
+        let stale: Vec<_> = documented.difference(&code).collect();
+        assert!(
+            missing.is_empty() && stale.is_empty(),
+            "docs/reference/metrics.md: missing {missing:?}, not exposed {stale:?}"
+        );
+    }
+}
