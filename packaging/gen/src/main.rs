@@ -18,6 +18,9 @@ mod eventctl_cli;
 #[allow(dead_code)]
 #[path = "../../../src/bin/eventd/cli.rs"]
 mod eventd_cli;
+// Only its test uses it: it checks (or, with EVENTD_BLESS, writes) the
+// page in the repository; the packages do not ship it.
+#[cfg(test)]
 mod markdown;
 
 use clap::CommandFactory;
