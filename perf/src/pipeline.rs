@@ -133,6 +133,13 @@ pub fn configure(
         storage_shards: Some(knobs.storage_shards),
         // Ceilings are measured unlimited: one source emits everything.
         rate_limit_burst: Some(0),
+        // No syslog or service-output sockets: the load comes through the rings, and without
+        // a ring of its own eventd stores no boot marker, so the store
+        // holds exactly what the producers emitted (the export scenario
+        // counts every row in ClickHouse against it).
+        syslog_socket: Some(std::path::PathBuf::new()),
+        syslog_stream_socket: Some(std::path::PathBuf::new()),
+        stdout_socket: Some(std::path::PathBuf::new()),
         max_batch_size: Some(knobs.max_batch as i64),
         ..ConfigFile::default()
     };

@@ -281,6 +281,11 @@ fn point(
         storage_shards: Some(storage_shards),
         // Ceilings are measured unlimited: one source emits everything.
         rate_limit_burst: Some(0),
+        // No syslog or service-output sockets, so no boot marker: the store holds exactly
+        // what the producers emitted (see `pipeline::configure`).
+        syslog_socket: Some(std::path::PathBuf::new()),
+        syslog_stream_socket: Some(std::path::PathBuf::new()),
+        stdout_socket: Some(std::path::PathBuf::new()),
         ..ConfigFile::default()
     };
     let mut settings = file.resolve(dir.path())?;

@@ -91,6 +91,16 @@ impl Running {
                     .map(|q| format!("\"{}\"", q.label()))
                     .collect();
                 text.push_str(&format!("QueryIndexes = [{}]\n", indexes.join(", ")));
+                // A socket that is off is written off ("").
+                for (key, socket) in [
+                    ("SyslogSocket", &settings.syslog_socket),
+                    ("SyslogStreamSocket", &settings.syslog_stream_socket),
+                    ("StdoutSocket", &settings.stdout_socket),
+                ] {
+                    if socket.is_none() {
+                        text.push_str(&format!("{key} = \"\"\n"));
+                    }
+                }
                 let (interval_ms, burst) = settings.rate_limit.as_ms_and_burst();
                 text.push_str(&format!(
                     "RateLimitInterval = \"{}\"\nRateLimitBurst = {burst}\n",

@@ -97,6 +97,17 @@ impl ConfigFile {
                 allowed: format!("only together with {unset} (a client certificate and its key)"),
             });
         }
+        if self.export_password_file.is_some() && self.export_user.is_none() {
+            // The password would go unsent: eventd sends credentials only
+            // for a named user.
+            return Err(ConfigError::Range {
+                key: "ExportPasswordFile",
+                value: "set".to_string(),
+                allowed: "only together with ExportUser (the ClickHouse user the password is \
+                          for; ClickHouse's own is \"default\")"
+                    .to_string(),
+            });
+        }
         let database = self
             .export_database
             .clone()

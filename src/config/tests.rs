@@ -264,6 +264,14 @@ fn https_export_urls_and_tls_files_are_taken_and_a_lone_client_half_is_refused()
     );
     let e = resolve("ExportUrl = \"ftp://h/\"").unwrap_err().to_string();
     assert!(e.contains("https://"), "{e}");
+    // A password with no user would never be sent.
+    let e = resolve("ExportUrl = \"https://h/\"\nExportPasswordFile = \"pw\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ExportPasswordFile") && e.contains("only together with ExportUser"),
+        "{e}"
+    );
 }
 
 /// `eventctl config` shows durations as the file writes them, not as

@@ -17,12 +17,14 @@ mod health;
 pub mod limit;
 mod orphans;
 mod plan;
+mod rates;
 pub mod spawn;
 mod tracker;
 
 pub use handoff::{payload_len, split_payload, write_payload, Handoff, Kind};
 pub use health::{RingMaker, HEALTH_INTERVAL};
-pub use limit::{Matches, RateLimits, SourceLimit, Suppression};
+pub use limit::Suppression;
+pub use rates::{Matches, RateLimits, SourceLimit};
 
 use health::{Health, HEALTH_EVERY_EVENTS};
 use orphans::Orphans;
