@@ -33,12 +33,13 @@ pub const MAX_BATCH_SIZE_RANGE: (u64, u64) = (1, 1_000_000);
 pub const MAX_CONCURRENT_QUERIES_DEFAULT: u64 = 128;
 pub const MAX_CONCURRENT_QUERIES_RANGE: (u64, u64) = (1, 4096);
 
-/// `QueryIndexes`: the events columns and structured fields each shard
-/// indexes for queries (beside the time, always indexed). The default was
-/// chosen with `eventd-perf fields` (docs/performance.md#a-day-of-events): over 100M events a rare provider's first result took 3 ms
-/// with the index and 20 s without, for 0.76 of eventd's insert rate;
-/// every other candidate cost more (name, pid, a field: a quarter to a
-/// third of the bare insert rate left) for filters used less often.
+/// `QueryIndexes`: the events columns and structured fields each shard indexes
+/// for queries (beside the time, always indexed). The default was chosen with
+/// `eventd-perf fields` (docs/performance.md#a-day-of-events): over 100M events
+/// a rare provider's first result took 3 ms with the index and 20 s without,
+/// for 0.76 of eventd's insert rate; every other candidate cost more (name,
+/// pid, a field: a quarter to a third of the bare insert rate left) for filters
+/// used less often.
 pub const QUERY_INDEXES_DEFAULT: &[&str] = &["provider"];
 
 /// `QueryGroup`: who may query besides root and eventd's own user.
@@ -48,11 +49,12 @@ pub const QUERY_GROUP_DEFAULT: &str = "eventd";
 pub const RING_BYTES_DEFAULT: u64 = crate::rings::format::RING_BYTES_DEFAULT as u64;
 pub const RING_BYTES_RANGE: (u64, u64) = (64 << 10, 1 << 30);
 
-/// `ExportBatchRows`: rows per insert into ClickHouse at most. The default
-/// was chosen with `eventd-perf export` (perf/runs/notebook.md#figures-2026-12-02---system-binary-after-read-ahead-and-encoding-while-reading): 50,000 rows
-/// exported 2.2x as fast as 5,000; 200,000 another 1.24x at four times the
-/// memory per batch (tens of MB) and a 2 s first batch. The top is below
-/// ClickHouse's block size (1,048,576 rows), so a batch is one block.
+/// `ExportBatchRows`: rows per insert into ClickHouse at most. The default was
+/// chosen with `eventd-perf export`
+/// (perf/runs/notebook.md#figures-2026-12-02---system-binary-after-read-ahead-and-encoding-while-reading):
+/// 50,000 rows exported 2.2x as fast as 5,000; 200,000 another 1.24x at four
+/// times the memory per batch (tens of MB) and a 2 s first batch. The top is
+/// below ClickHouse's block size (1,048,576 rows), so a batch is one block.
 pub const EXPORT_BATCH_ROWS_DEFAULT: u64 = 50_000;
 pub const EXPORT_BATCH_ROWS_RANGE: (u64, u64) = (1, 1_000_000);
 

@@ -1,8 +1,9 @@
 //! The ClickHouse tables' columns and the two wire formats rows travel in:
 //! RowBinary (what the export stage sends, the measured choice, see
-//! perf/runs/notebook.md#a-raw-reader-2026-12-02-night) and JSONEachRow (kept for the comparison and for
-//! people reading a batch). One place owns the column order of both
-//! ClickHouse tables; `packaging/clickhouse/schema.sql` declares them.
+//! perf/runs/notebook.md#a-raw-reader-2026-12-02-night) and JSONEachRow (kept
+//! for the comparison and for people reading a batch). One place owns the
+//! column order of both ClickHouse tables; `packaging/clickhouse/schema.sql`
+//! declares them.
 //!
 //! A batch is a pure function of its rows: the same rows always encode to
 //! the same bytes, which is what lets ClickHouse recognise a resent block

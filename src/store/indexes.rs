@@ -5,7 +5,8 @@
 //! `(key, ts)`: a query with `key = value` then reads the matching rows
 //! already in time order and stops at its limit, instead of walking every
 //! row of the time range. What each costs at insert and saves at query is
-//! measured by `eventd-perf fields` (docs/performance.md#a-day-of-events); the default is what paid for itself there.
+//! measured by `eventd-perf fields` (docs/performance.md#a-day-of-events);
+//! the default is what paid for itself there.
 //!
 //! The indexes eventd makes are named `events_by_*`. A shard gets the
 //! configured ones when it is made (empty: no cost), and an existing file
