@@ -113,9 +113,9 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
         "one batch's intent, send and advance; to split with the worker",
     ),
     (
-        "src/query/fanout.rs",
+        "src/query/fanout/plan.rs",
         "open_pooled",
-        "each file's plan; to split with the fan-out",
+        "each file's plan (opened now, later or never) in one pass",
     ),
     (
         "producer/src/rings/reader/dead.rs",
