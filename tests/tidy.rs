@@ -22,10 +22,6 @@ const FN_LINES_MAX: usize = 70;
 /// why).
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "src/export/worker.rs",
-        "the export loop, its protocol steps and its live settings; to be split by concept",
-    ),
-    (
         "perf/src/exportbench.rs",
         "every export scenario with its own options and report; the harness is to become one \
          runner with a module per scenario",
@@ -108,9 +104,9 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
         "retire, replace, count and record: one sequence",
     ),
     (
-        "src/export/worker.rs",
+        "src/export/worker/protocol.rs",
         "step",
-        "one batch's intent, send and advance; to split with the worker",
+        "one batch's intent, send and advance, in the protocol's order",
     ),
     (
         "src/query/fanout/plan.rs",
