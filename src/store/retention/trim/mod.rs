@@ -19,16 +19,18 @@
 //!   replaced by one summary row that recovery reads exactly as it read the
 //!   rows it replaces (see [`compact_receipts`]).
 //!
-//! The parts: `delete` trims events and gaps in bounded transactions (and
-//! what a forced deletion leaves behind), `receipts` deletes dead rings'
-//! receipts and compacts live rings' ones, `space` measures a shard and
-//! gives its free pages back.
+//! The parts: `older` says which rows are old, `delete` trims events and
+//! gaps in bounded transactions (and what a forced deletion leaves
+//! behind), `receipts` deletes dead rings' receipts and compacts live
+//! rings' ones, `space` measures a shard and gives its free pages back.
 
 mod delete;
+mod older;
 mod receipts;
 mod space;
 
-pub use self::delete::{trim, Exported, Keep, Older, Trimmed, UNEXPORTED_REASON};
+pub use self::delete::{trim, Exported, Keep, Trimmed, UNEXPORTED_REASON};
+pub use self::older::Older;
 pub use self::receipts::compact_receipts;
 pub use self::space::{cutoff_after, measure, vacuum, ShardUsage};
 

@@ -2,7 +2,7 @@
 //! those of live rings are compacted into one summary row that recovery
 //! reads as it read the rows it replaces.
 
-use super::delete::Rule;
+use super::older::Rule;
 use crate::store::retention::{marks, reckoning};
 use crate::store::rows::{Receipt, INSERT_RECEIPT};
 use rusqlite::{params, Connection, Transaction};
