@@ -9,7 +9,7 @@
 //! cluster accepted it. So after any crash a batch that may have landed is
 //! either behind the cursor (it did) or still recorded (it may have): the
 //! worker then asks the cluster which of its rows are there before sending
-//! anything (see `worker.rs`).
+//! anything (see `worker/protocol.rs`).
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
