@@ -75,6 +75,24 @@ fn section(page: &mut String, cmd: &Command, root: bool) {
 
 /// One option or positional argument, as a list item.
 fn item(page: &mut String, arg: &Arg) {
+    let takes_value = arg.get_num_args().is_some_and(|n| n.takes_values());
+    let name = form(arg, takes_value);
+    let help = arg
+        .get_long_help()
+        .or(arg.get_help())
+        .map(|h| paragraphs(&h.to_string()))
+        .unwrap_or_default();
+    let notes = notes(arg, takes_value);
+    let help = help.replace("\n\n", "\n\n  ");
+    if help.is_empty() {
+        let _ = writeln!(page, "- `{name}`{notes}");
+    } else {
+        let _ = writeln!(page, "- `{name}`{notes}: {help}");
+    }
+}
+
+/// How an argument is written: `-s, --long <VALUE>`, or `<VALUE>...`.
+fn form(arg: &Arg, takes_value: bool) -> String {
     let values = arg
         .get_value_names()
         .map(|names| {
@@ -85,7 +103,6 @@ fn item(page: &mut String, arg: &Arg) {
                 .join(" ")
         })
         .unwrap_or_else(|| format!("<{}>", arg.get_id().as_str().to_uppercase()));
-    let takes_value = arg.get_num_args().is_some_and(|n| n.takes_values());
     let mut name = if arg.is_positional() {
         values.clone()
     } else {
@@ -105,11 +122,12 @@ fn item(page: &mut String, arg: &Arg) {
     if arg.is_positional() && arg.get_num_args().is_some_and(|n| n.max_values() > 1) {
         name.push_str("...");
     }
-    let help = arg
-        .get_long_help()
-        .or(arg.get_help())
-        .map(|h| paragraphs(&h.to_string()))
-        .unwrap_or_default();
+    name
+}
+
+/// What else an argument's item says: required, its default, its
+/// environment variable, its possible values (` [..; ..]`, or nothing).
+fn notes(arg: &Arg, takes_value: bool) -> String {
     let mut notes = Vec::new();
     if arg.is_required_set() {
         notes.push("required".to_string());
@@ -137,16 +155,10 @@ fn item(page: &mut String, arg: &Arg) {
     if takes_value && !possible.is_empty() {
         notes.push(format!("one of {}", possible.join(", ")));
     }
-    let notes = if notes.is_empty() {
+    if notes.is_empty() {
         String::new()
     } else {
         format!(" [{}]", notes.join("; "))
-    };
-    let help = help.replace("\n\n", "\n\n  ");
-    if help.is_empty() {
-        let _ = writeln!(page, "- `{name}`{notes}");
-    } else {
-        let _ = writeln!(page, "- `{name}`{notes}: {help}");
     }
 }
 
