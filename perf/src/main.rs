@@ -138,7 +138,7 @@ pub(crate) struct Args {
     pub(crate) limits_events: u64,
     /// Providers those events are spread over (each must stay at or under
     /// half the default burst).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 400)]
     pub(crate) limits_sources: u64,
     /// Events of the limits scenario's quiet provider beside the flood.
     #[arg(long, default_value_t = 1000)]

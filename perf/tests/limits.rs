@@ -85,6 +85,7 @@ fn limits_scenario_suppresses_nothing_without_a_flood_and_keeps_the_quiet_provid
         assert_eq!(lost, 0, "{r}");
     }
     assert_eq!(no_flood["verified"], true);
+    assert_eq!(no_flood["round_ratios"].as_array().unwrap().len(), 2);
 
     let flood = &report["flood"];
     for run in [&flood["on"], &flood["off"]] {
