@@ -49,13 +49,22 @@ impl Daemon {
     /// Starts the binary in a fresh directory under `work` and waits until
     /// every CPU ring carries the limit its drain publishes (the producers'
     /// budgets follow it from their first events).
-    pub(crate) fn start(work: &Path, eventd: &Path, on: bool) -> anyhow::Result<Daemon> {
+    /// Without `query_indexes`, `QueryIndexes = []`.
+    pub(crate) fn start(
+        work: &Path,
+        eventd: &Path,
+        on: bool,
+        query_indexes: bool,
+    ) -> anyhow::Result<Daemon> {
         let dir = tempfile::Builder::new()
             .prefix("limits-")
             .tempdir_in(work)?;
         let (mut settings, tunables) = pipeline::configure(dir.path(), Knobs::defaults(), None)?;
         if on {
             settings.rate_limit = eventd::config::rate::RateLimit::from_file(None, None)?;
+        }
+        if !query_indexes {
+            settings.query_indexes.clear();
         }
         let (interval_ms, burst) = settings.rate_limit.as_ms_and_burst();
         let data_dir = settings.data_dir.clone();
@@ -153,6 +162,8 @@ pub struct IngestRun {
     /// `eventctl stats`: `rate_limits.suppressed` and `.evictions`.
     pub suppressed: u64,
     pub evictions: u64,
+    /// `QueryIndexes` was eventd's default (else empty).
+    pub query_indexes: bool,
 }
 
 /// The whole scenario's report.
@@ -267,7 +278,6 @@ fn no_flood(
     sizes: Sizes,
     work: &Path,
 ) -> anyhow::Result<Vec<IngestRun>> {
-    let (events, sources) = (args.limits_events, args.limits_sources);
     let mut runs = Vec::new();
     for round in 1..=args.repeat.max(1) {
         // Swapped each round, so a drift of the shared machine falls on both.
@@ -277,7 +287,7 @@ fn no_flood(
             [false, true]
         };
         for on in order {
-            let r = ingest(work, eventd, on, round, events, sources, sizes)?;
+            let r = ingest(work, eventd, on, round, args, sizes)?;
             eprintln!(
                 "no flood, limits {} (round {round}): {:.0} events/s, stored {} of {}, \
                  suppressed {}",
@@ -319,11 +329,11 @@ fn ingest(
     eventd: &Path,
     on: bool,
     round: usize,
-    events: u64,
-    sources: u64,
+    args: &Args,
     sizes: Sizes,
 ) -> anyhow::Result<IngestRun> {
-    let daemon = Daemon::start(work, eventd, on)?;
+    let (events, sources) = (args.limits_events, args.limits_sources);
+    let daemon = Daemon::start(work, eventd, on, !args.without_query_indexes)?;
     // Asked of eventd, not read from the files: a reader polling the files
     // would hold their WAL back from starting over.
     let done = || -> anyhow::Result<u64> {
@@ -375,6 +385,7 @@ fn ingest(
         retried,
         suppressed,
         evictions,
+        query_indexes: !args.without_query_indexes,
     })
 }
 
@@ -471,17 +482,26 @@ fn write_ring(
     Ok(retried)
 }
 
+fn indexes_text(runs: &[IngestRun]) -> &'static str {
+    if runs.first().is_some_and(|x| x.query_indexes) {
+        "as shipped"
+    } else {
+        "empty"
+    }
+}
+
 fn print_tables(r: &Report<'_>, sizes: Sizes) {
     let n = &r.no_flood;
     let (interval, burst) = &r.defaults;
     println!(
         "\n## limits: no flood ({} events over {} providers, {} at most each, message {}-{} \
-         bytes; {} CPUs; median of {} runs each, alternated)\n",
+         bytes; QueryIndexes {}; {} CPUs; median of {} runs each, alternated)\n",
         n.events,
         n.sources,
         n.events.div_ceil(n.sources),
         sizes.min,
         sizes.max,
+        indexes_text(n.runs),
         r.machine.cpus,
         n.rounds
     );

@@ -92,7 +92,7 @@ pub fn run(
     quiet_events: u64,
     quiet_rate: u64,
 ) -> anyhow::Result<FloodRun> {
-    let daemon = Daemon::start(work, eventd, on)?;
+    let daemon = Daemon::start(work, eventd, on, true)?;
     let kmes = daemon.data_dir.join("kmes");
     let flood = Arc::new(Producer::new(&kmes, "flood"));
     let quiet = Producer::new(&kmes, "quiet");

@@ -140,6 +140,11 @@ pub(crate) struct Args {
     /// half the default burst).
     #[arg(long, default_value_t = 400)]
     pub(crate) limits_sources: u64,
+    /// The limits scenario's runs without a flood with `QueryIndexes = []`
+    /// (on and off alike): each provider's place in the default
+    /// `(provider, ts)` index then no longer bounds the insert rate.
+    #[arg(long)]
+    pub(crate) without_query_indexes: bool,
     /// Events of the limits scenario's quiet provider beside the flood.
     #[arg(long, default_value_t = 1000)]
     pub(crate) quiet_events: u64,
