@@ -11,6 +11,7 @@
 //! cargo run --release -p eventd-perf -- clients --messages 200000
 //! cargo run --release -p eventd-perf -- fields        # 100 M events queried by field
 //! cargo run --release -p eventd-perf -- host-sources --messages 200000
+//! cargo run --release -p eventd-perf -- limits --repeat 5  # fair share: cost and effect
 //! ```
 
 mod ceiling;
@@ -21,6 +22,8 @@ mod cluster;
 mod exportbench;
 mod fieldsbench;
 mod hostbench;
+mod limitsbench;
+mod limitsflood;
 mod load;
 mod pipeline;
 mod querybench;
@@ -130,6 +133,24 @@ pub(crate) struct Args {
     /// Rows of each insert-cost measurement of the fields scenario.
     #[arg(long, default_value_t = 4_000_000)]
     pub(crate) insert_rows: u64,
+    /// Events of each of the limits scenario's runs without a flood.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub(crate) limits_events: u64,
+    /// Providers those events are spread over (each must stay at or under
+    /// half the default burst).
+    #[arg(long, default_value_t = 400)]
+    pub(crate) limits_sources: u64,
+    /// The limits scenario's runs without a flood with `QueryIndexes = []`
+    /// (on and off alike): each provider's place in the default
+    /// `(provider, ts)` index then no longer bounds the insert rate.
+    #[arg(long)]
+    pub(crate) without_query_indexes: bool,
+    /// Events of the limits scenario's quiet provider beside the flood.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) quiet_events: u64,
+    /// The quiet provider's events per second.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) quiet_rate: u64,
     /// Where the JSON report and the SVG chart go.
     #[arg(long, default_value = "perf/results")]
     pub(crate) results: PathBuf,
@@ -183,6 +204,13 @@ pub(crate) enum Scenario {
     /// `eventctl run` beside `systemd-cat` into journald and `logger`
     /// (--messages records per path; root).
     HostSources,
+    /// The fair-share rate limits, on (the defaults) beside off
+    /// (RateLimitBurst = 0), against the eventd binary: events/s without a
+    /// flood from many sources under the burst (--limits-events,
+    /// --limits-sources; --repeat rounds, medians), and under a flood from
+    /// every CPU what a quiet provider keeps (--quiet-events,
+    /// --quiet-rate) and what becomes of the flood.
+    Limits,
     /// Baseline and every sweep.
     All,
 }
@@ -204,6 +232,7 @@ impl Scenario {
             Scenario::Scale => "scale",
             Scenario::Fields => "fields",
             Scenario::HostSources => "host-sources",
+            Scenario::Limits => "limits",
             Scenario::All => "all",
         }
     }
@@ -272,6 +301,10 @@ fn main() -> anyhow::Result<()> {
         }
         if scenario == Scenario::HostSources {
             last = Some(hostbench::run(&setup.eventd, &work, args.messages)?);
+            continue;
+        }
+        if scenario == Scenario::Limits {
+            last = Some(limitsbench::run(&args, &setup.eventd, sizes, &work)?);
             continue;
         }
         if scenario == Scenario::Syslog {

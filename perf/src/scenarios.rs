@@ -154,6 +154,7 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
         | Scenario::Scale
         | Scenario::Fields
         | Scenario::HostSources
+        | Scenario::Limits
         | Scenario::Export => {
             unreachable!("handled by main")
         }
