@@ -1,5 +1,6 @@
-/* Nanoseconds per event: libeventd's eventd_emit against a syslog(3)-style
- * send, the same event either way, from one thread.
+/* Nanoseconds per event: libeventd's eventd_emit (fields as JSON) and
+ * eventd_emit_kv (fields as key/value pairs) against a syslog(3)-style
+ * send, the same event every way, from one thread.
  *
  *   bench KMES_DIR SYSLOG_SOCKET EVENTS
  *
@@ -7,9 +8,10 @@
  * time formatted with localtime_r and strftime, "<PRI>TIMESTAMP TAG[PID]:
  * MESSAGE" with vsnprintf, one send() on a connected datagram socket), but
  * to eventd's own socket rather than /dev/log, so both paths end in the
- * same daemon. Each message carries the same three fields (as JSON for
- * eventd, as text for syslog). Prints "eventd_emit WALL CPU" and "syslog WALL CPU" (ns per event; CPU
- * is this thread's own). */
+ * same daemon. Each message carries the same three fields (as JSON or as
+ * formatted values for eventd, as text for syslog). Prints
+ * "eventd_emit WALL CPU", "eventd_emit_kv WALL CPU" and "syslog WALL CPU"
+ * (ns per event; CPU is this thread's own). */
 #define _GNU_SOURCE
 #include "eventd.h"
 
@@ -46,6 +48,19 @@ int main(int argc, char **argv) {
         eventd_emit(ev, EVENTD_INFO, "bench", "order taken", fields);
     }
     double ring = (now() - t0) / (double)n, ring_cpu = (cpu() - c0) / (double)n;
+
+    static const char *const keys[3] = {"order", "amount", "paid"};
+    char order[24], amount[32];
+    const char *values[3] = {order, amount, NULL};
+    t0 = now();
+    c0 = cpu();
+    for (long i = 0; i < n; i++) {
+        snprintf(order, sizeof order, "%ld", i);
+        snprintf(amount, sizeof amount, "%.2f", (double)i * 0.5);
+        values[2] = i % 2 ? "true" : "false";
+        eventd_emit_kv(ev, EVENTD_INFO, "bench", "order taken", 3, keys, values);
+    }
+    double kv = (now() - t0) / (double)n, kv_cpu = (cpu() - c0) / (double)n;
     unsigned long long dropped = (unsigned long long)eventd_dropped(ev);
     eventd_close(ev);
 
@@ -75,7 +90,7 @@ int main(int argc, char **argv) {
     }
     double sock = (now() - t0) / (double)n, sock_cpu = (cpu() - c0) / (double)n;
     close(fd);
-    printf("eventd_emit %.1f %.1f\nsyslog %.1f %.1f\ndropped %llu\n", ring, ring_cpu, sock,
-           sock_cpu, dropped);
+    printf("eventd_emit %.1f %.1f\neventd_emit_kv %.1f %.1f\nsyslog %.1f %.1f\ndropped %llu\n",
+           ring, ring_cpu, kv, kv_cpu, sock, sock_cpu, dropped);
     return 0;
 }

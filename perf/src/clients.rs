@@ -6,12 +6,19 @@
 //!   layer, through `tracing-subscriber`'s fmt layer writing to a file, and
 //!   as a syslog datagram to eventd's own socket (what a `syslog(3)`
 //!   binding does); and the raw `Emitter` the layer is judged against.
-//! - C: `eventd_emit` against a syslog(3)-style send (perf/clients/bench.c).
-//! - Python: `EventdHandler` against `logging.handlers.SysLogHandler`
-//!   (perf/clients/bench.py).
+//! - C: `eventd_emit` (JSON fields) and `eventd_emit_kv` (key/value
+//!   fields) against a syslog(3)-style send (perf/clients/bench.c).
+//! - Python (perf/clients/bench.py): the native package's `eventd.emit` and
+//!   `logging` + `eventd.Handler`, the ctypes module's `EventdHandler`,
+//!   against `logging.handlers.SysLogHandler`, beside the floor (`logging`
+//!   with a handler that does nothing) and a bare ctypes call. The native
+//!   package is installed as a user gets it (a venv, `pip install
+//!   ./clients/python`), once: the venv is kept under the work directory
+//!   (or `$EVENTD_PERF_VENV`) and reused.
 //!
 //! Every figure is the median of three runs of `--messages` events (one
-//! thread), in nanoseconds per event.
+//! thread), in nanoseconds per event, printed beside the issue's goal or a
+//! published figure of another tool (an anchor), with the ratio.
 
 use anyhow::{bail, Context};
 use eventd::rings::{Emitter, Event, Level};
@@ -237,7 +244,10 @@ fn libeventd() -> anyhow::Result<PathBuf> {
 fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
     out.lines()
         .find_map(|l| {
-            let mut words = l.strip_prefix(name)?.split_whitespace();
+            let mut words = l.split_whitespace();
+            if words.next()? != name {
+                return None;
+            }
             Some(Cost {
                 wall: words.next()?.parse().ok()?,
                 cpu: words.next()?.parse().ok()?,
@@ -257,7 +267,33 @@ fn run_output(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<(Cost, Cost)> {
+/// The medians of three runs of a bench program, by the names it prints.
+fn medians(
+    names: &[&str],
+    mut run: impl FnMut() -> anyhow::Result<String>,
+) -> anyhow::Result<Vec<Option<Cost>>> {
+    let mut runs: Vec<Vec<Cost>> = vec![Vec::new(); names.len()];
+    for _ in 0..3 {
+        let out = run()?;
+        for (name, costs) in names.iter().zip(&mut runs) {
+            if let Ok(c) = cost(&out, name) {
+                costs.push(c);
+            }
+        }
+    }
+    Ok(runs
+        .iter()
+        .map(|c| (c.len() == 3).then(|| median_of(c)))
+        .collect())
+}
+
+struct CCosts {
+    json: Cost,
+    kv: Cost,
+    syslog: Cost,
+}
+
+fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let exe = work.join("clients-bench");
     run_output(
@@ -272,44 +308,138 @@ fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<(
             .arg(format!("-Wl,-rpath,{}", lib.display()))
             .arg("-leventd"),
     )?;
-    let mut ring = Vec::new();
-    let mut sock = Vec::new();
-    for _ in 0..3 {
-        let out = run_output(
+    let names = ["eventd_emit", "eventd_emit_kv", "syslog"];
+    let got = medians(&names, || {
+        run_output(
             Command::new(&exe)
                 .arg(daemon.kmes())
                 .arg(daemon.syslog_socket())
                 .arg(n.to_string()),
-        )?;
-        ring.push(cost(&out, "eventd_emit")?);
-        sock.push(cost(&out, "syslog")?);
-    }
-    Ok((median_of(&ring), median_of(&sock)))
+        )
+    })?;
+    let each = |i: usize| got[i].with_context(|| format!("no {} from {}", names[i], exe.display()));
+    Ok(CCosts {
+        json: each(0)?,
+        kv: each(1)?,
+        syslog: each(2)?,
+    })
 }
 
-fn python_bench(lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<(Cost, Cost)> {
+/// A Python with the native package (`import eventd`) installed from this
+/// checkout the way a user installs it: a venv, `pip install
+/// ./clients/python` (maturin from the configured package index). The venv
+/// is reused when it already imports eventd; delete it to rebuild. None,
+/// said on stderr with pip's words, when it cannot be built.
+fn python_with_package(work: &Path) -> Option<PathBuf> {
+    let venv = std::env::var_os("EVENTD_PERF_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| work.join("py-venv"));
+    let python = venv.join("bin/python");
+    let imports = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import eventd._native"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if imports(&python) {
+        return Some(python);
+    }
+    eprintln!(
+        "clients: installing the eventd Python package into {} (pip install ./clients/python; \
+         maturin builds it, a few minutes once)",
+        venv.display()
+    );
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let installed = (|| -> anyhow::Result<()> {
+        if !python.is_file() {
+            run_output(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+        }
+        run_output(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .arg(repo.join("clients/python")),
+        )?;
+        Ok(())
+    })();
+    match installed {
+        Ok(()) if imports(&python) => Some(python),
+        Ok(()) => {
+            eprintln!("clients: the installed package does not import; the native Python paths are left out");
+            None
+        }
+        Err(e) => {
+            eprintln!(
+                "clients: the eventd Python package could not be installed ({e:#}); the native \
+                 Python paths (py_emit, py_handler) are left out, the ctypes ones measured with \
+                 python3"
+            );
+            None
+        }
+    }
+}
+
+struct PyCosts {
+    ctypes_handler: Cost,
+    syslog: Cost,
+    floor: Cost,
+    ctypes_call: Cost,
+    /// The native package's paths, when it is installed.
+    emit: Option<Cost>,
+    native_handler: Option<Cost>,
+}
+
+fn python_bench(python: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<PyCosts> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/bench.py");
-    let mut ring = Vec::new();
-    let mut sock = Vec::new();
-    for _ in 0..3 {
-        let out = run_output(
-            Command::new("python3")
+    let names = [
+        "ctypes_handler",
+        "syslog",
+        "floor",
+        "ctypes_call",
+        "emit",
+        "native_handler",
+    ];
+    let got = medians(&names, || {
+        run_output(
+            Command::new(python)
                 .arg(&script)
                 .arg(daemon.kmes())
                 .arg(daemon.syslog_socket())
                 .arg(n.to_string())
                 .env("EVENTD_LIB", lib.join("libeventd.so")),
-        )?;
-        ring.push(cost(&out, "handler")?);
-        sock.push(cost(&out, "syslog")?);
-    }
-    Ok((median_of(&ring), median_of(&sock)))
+        )
+    })?;
+    let each =
+        |i: usize| got[i].with_context(|| format!("no {} from {}", names[i], script.display()));
+    Ok(PyCosts {
+        ctypes_handler: each(0)?,
+        syslog: each(1)?,
+        floor: each(2)?,
+        ctypes_call: each(3)?,
+        emit: got[4],
+        native_handler: got[5],
+    })
 }
+
+/// A published figure (or the issue's goal) a path is read beside, ns.
+struct Anchor(&'static str, f64);
+
+const LTTNG: Anchor = Anchor("LTTng-UST tracepoint ~100 ns", 100.0);
+const SPDLOG: Anchor = Anchor("spdlog front end ~150 ns", 150.0);
+const GOAL_RAW: Anchor = Anchor("goal <= 100 ns", 100.0);
+const GOAL_LAYER: Anchor = Anchor("goal <= 150 ns", 150.0);
+const GOAL_KV: Anchor = Anchor("goal <= 150 ns", 150.0);
+const GOAL_PY_EMIT: Anchor = Anchor("goal <= 1 us", 1000.0);
+const PY_LOGGING: Anchor = Anchor("Python logging alone ~6.6 us", 6600.0);
+const CTYPES_CALL: Anchor = Anchor("bare ctypes call ~0.4 us", 400.0);
 
 /// Runs the scenario; returns the machine-readable last line.
 pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<String> {
     let dir = work.join("clients");
     std::fs::create_dir_all(&dir)?;
+    // Before the daemon starts: the first install takes minutes.
+    let native = python_with_package(work);
     let daemon = Daemon::start(eventd, &dir.join("data"))?;
     let n = messages.max(1000);
     // Python is some hundred times slower per record: fewer records.
@@ -320,8 +450,9 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let fmt = median(|| rust_fmt_file(&dir, n))?;
     let syslog = median(|| rust_syslog(&daemon.syslog_socket(), n))?;
     let lib = libeventd()?;
-    let (c_ring, c_sock) = c_bench(&dir, &lib, &daemon, n)?;
-    let (py_ring, py_sock) = python_bench(&lib, &daemon, n_py)?;
+    let c = c_bench(&dir, &lib, &daemon, n)?;
+    let python = native.clone().unwrap_or_else(|| PathBuf::from("python3"));
+    let py = python_bench(&python, &lib, &daemon, n_py)?;
     drop(daemon);
 
     println!(
@@ -329,61 +460,189 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
          emitting thread's own CPU time, wall: elapsed (eventd shares the CPUs)"
     );
     println!(
-        "{:<58} {:>9} {:>10} {:>9} {:>10}",
-        "path", "cpu ns", "vs eventd", "wall ns", "vs eventd"
+        "{:<56} {:>9} {:>9}  {:<30} {:>8}",
+        "path", "cpu ns", "wall ns", "anchor (CPU)", "vs it"
     );
-    let row = |name: &str, c: Cost, base: Cost| {
+    let row = |name: &str, c: Cost, anchor: Option<&Anchor>| {
+        let (label, ratio) = match anchor {
+            Some(Anchor(label, ns)) => (*label, format!("{:.2}x", c.cpu / ns)),
+            None => ("", String::new()),
+        };
         println!(
-            "{name:<58} {:>9.1} {:>9.1}x {:>9.1} {:>9.1}x",
-            c.cpu,
-            c.cpu / base.cpu,
-            c.wall,
-            c.wall / base.wall
+            "{name:<56} {:>9.1} {:>9.1}  {label:<30} {ratio:>8}",
+            c.cpu, c.wall
         );
     };
     row(
-        "Rust: raw Emitter::emit (fields formatted by hand)",
+        "Rust: raw Emitter::emit, 3 typed fields",
         raw,
-        raw,
+        Some(&GOAL_RAW),
     );
+    row("", raw, Some(&LTTNG));
     row(
         "Rust: tracing::info!, 3 fields, eventd-tracing layer",
         layer,
-        layer,
+        Some(&GOAL_LAYER),
     );
+    row("", layer, Some(&SPDLOG));
     row(
         "Rust: tracing::info!, 3 fields, fmt layer to a file",
         fmt,
-        layer,
+        None,
     );
     row(
         "Rust: the same as a syslog datagram to eventd's socket",
         syslog,
-        layer,
+        None,
     );
-    row("C: eventd_emit, 3 fields as JSON", c_ring, c_ring);
-    row("C: syslog(3)-style send to eventd's socket", c_sock, c_ring);
+    row("C: eventd_emit, 3 fields as JSON", c.json, Some(&LTTNG));
     row(
-        "Python: logging + EventdHandler, 3 extra fields",
-        py_ring,
-        py_ring,
+        "C: eventd_emit_kv, 3 fields as key/value",
+        c.kv,
+        Some(&GOAL_KV),
+    );
+    row("", c.kv, Some(&SPDLOG));
+    row("C: syslog(3)-style send to eventd's socket", c.syslog, None);
+    if let Some(emit) = py.emit {
+        row(
+            "Python: eventd.emit, 3 typed fields",
+            emit,
+            Some(&GOAL_PY_EMIT),
+        );
+        row("", emit, Some(&CTYPES_CALL));
+    }
+    if let Some(h) = py.native_handler {
+        row(
+            "Python: logging + eventd.Handler, 3 extra fields",
+            h,
+            Some(&PY_LOGGING),
+        );
+    }
+    row(
+        "Python: logging + EventdHandler (ctypes), 3 extra fields",
+        py.ctypes_handler,
+        Some(&PY_LOGGING),
+    );
+    row(
+        "Python: logging + a do-nothing handler (the floor)",
+        py.floor,
+        Some(&PY_LOGGING),
     );
     row(
         "Python: logging + SysLogHandler to eventd's socket",
-        py_sock,
-        py_ring,
+        py.syslog,
+        Some(&PY_LOGGING),
+    );
+    row(
+        "Python: a bare ctypes call (eventd_version)",
+        py.ctypes_call,
+        Some(&CTYPES_CALL),
     );
     println!(
-        "goals (CPU): socket paths >= 10x the eventd path: Rust {:.1}x, C {:.1}x, Python {:.1}x; \
-         layer within 3x of the raw Emitter: {:.2}x",
-        syslog.cpu / layer.cpu,
-        c_sock.cpu / c_ring.cpu,
-        py_sock.cpu / py_ring.cpu,
-        layer.cpu / raw.cpu
+        "front ends (the caller's cost; formatting left to a background thread): Quill/fmtlog \
+         ~8 ns, NanoLog ~13 ns, spdlog ~150 ns; Rust raw is {:.1}x fmtlog, {:.1}x NanoLog, \
+         {:.2}x spdlog; C eventd_emit_kv {:.1}x fmtlog, {:.1}x NanoLog, {:.2}x spdlog",
+        raw.cpu / 8.0,
+        raw.cpu / 13.0,
+        raw.cpu / 150.0,
+        c.kv.cpu / 8.0,
+        c.kv.cpu / 13.0,
+        c.kv.cpu / 150.0
     );
-    Ok(format!(
-        "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_syslog={:.1} \
-         py={:.1} py_syslog={:.1}",
-        raw.cpu, layer.cpu, fmt.cpu, syslog.cpu, c_ring.cpu, c_sock.cpu, py_ring.cpu, py_sock.cpu
-    ))
+    let ok = |met: bool| if met { "met" } else { "NOT met" };
+    let cheaper = |socket: Cost, path: Cost| socket.cpu / path.cpu;
+    println!("goals (CPU, this run):");
+    for (what, got, met) in [
+        ("Rust raw emit <= 100 ns", raw.cpu, raw.cpu <= 100.0),
+        ("tracing layer <= 150 ns", layer.cpu, layer.cpu <= 150.0),
+        ("C eventd_emit_kv <= 150 ns", c.kv.cpu, c.kv.cpu <= 150.0),
+    ] {
+        println!("  {what:<54} {got:>9.1} ns  {}", ok(met));
+    }
+    for (what, ratio, at_least) in [
+        (
+            "Rust syslog datagram / raw emit >= 10x",
+            cheaper(syslog, raw),
+            10.0,
+        ),
+        (
+            "Rust syslog datagram / tracing layer >= 10x",
+            cheaper(syslog, layer),
+            10.0,
+        ),
+        (
+            "C syslog send / eventd_emit_kv >= 10x",
+            cheaper(c.syslog, c.kv),
+            10.0,
+        ),
+        (
+            "C syslog send / eventd_emit (JSON) >= 10x",
+            cheaper(c.syslog, c.json),
+            10.0,
+        ),
+        ("tracing layer / raw emit <= 3x", layer.cpu / raw.cpu, -3.0),
+    ] {
+        let met = if at_least > 0.0 {
+            ratio >= at_least
+        } else {
+            ratio <= -at_least
+        };
+        println!("  {what:<54} {ratio:>9.2}x     {}", ok(met));
+    }
+    match (py.emit, py.native_handler) {
+        (Some(emit), Some(h)) => {
+            println!(
+                "  {:<54} {:>9.1} ns  {}",
+                "Python eventd.emit <= 1 us",
+                emit.cpu,
+                ok(emit.cpu <= 1000.0)
+            );
+            for (what, ratio, at_least) in [
+                (
+                    "SysLogHandler / eventd.emit >= 10x",
+                    cheaper(py.syslog, emit),
+                    10.0,
+                ),
+                (
+                    "SysLogHandler / logging + eventd.Handler >= 1.5x",
+                    cheaper(py.syslog, h),
+                    1.5,
+                ),
+            ] {
+                println!("  {what:<54} {ratio:>9.2}x     {}", ok(ratio >= at_least));
+            }
+            println!(
+                "  {:<54} {:>9.1} ns",
+                "eventd.Handler above the floor (handler - floor)",
+                h.cpu - py.floor.cpu
+            );
+        }
+        _ => println!("  Python native package: not installed, its goals not measured"),
+    }
+    println!(
+        "  {:<54} {:>9.2}x",
+        "SysLogHandler / EventdHandler (ctypes)",
+        cheaper(py.syslog, py.ctypes_handler)
+    );
+
+    let mut last = format!(
+        "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
+         c_syslog={:.1} py={:.1} py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1}",
+        raw.cpu,
+        layer.cpu,
+        fmt.cpu,
+        syslog.cpu,
+        c.json.cpu,
+        c.kv.cpu,
+        c.syslog.cpu,
+        py.ctypes_handler.cpu,
+        py.syslog.cpu,
+        py.floor.cpu,
+        py.ctypes_call.cpu
+    );
+    if let (Some(emit), Some(h)) = (py.emit, py.native_handler) {
+        use std::fmt::Write;
+        let _ = write!(last, " py_emit={:.1} py_handler={:.1}", emit.cpu, h.cpu);
+    }
+    Ok(last)
 }

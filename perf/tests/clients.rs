@@ -1,0 +1,65 @@
+//! Runs the harness's `clients` scenario with few events and checks its
+//! last line names every path with a positive figure (no timing is judged).
+//! The Python package is installed once (minutes) into the venv the
+//! harness keeps by default, perf/results/work/py-venv, and reused from
+//! there by this test and by runs of `eventd-perf clients`.
+
+use std::process::Command;
+
+const KEYS: [&str; 13] = [
+    "raw",
+    "layer",
+    "fmt_file",
+    "syslog",
+    "c",
+    "c_kv",
+    "c_syslog",
+    "py",
+    "py_syslog",
+    "py_floor",
+    "py_ctypes_call",
+    "py_emit",
+    "py_handler",
+];
+
+#[test]
+fn clients_scenario_prints_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results/work/py-venv");
+    let out = Command::new(env!("CARGO_BIN_EXE_eventd-perf"))
+        .args(["clients", "--messages", "1000", "--results"])
+        .arg(dir.path())
+        .env("EVENTD_PERF_VENV", &venv)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap();
+    let mut words = last.split(' ');
+    assert_eq!(words.next(), Some("clients"), "{last}");
+    assert_eq!(words.next(), Some("cpu_ns"), "{last}");
+    let mut seen = Vec::new();
+    for word in words {
+        let (key, value) = word
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{word} in {last}"));
+        let ns: f64 = value.parse().unwrap_or_else(|_| panic!("{word} in {last}"));
+        assert!(ns > 0.0, "{word} in {last}");
+        seen.push(key);
+    }
+    assert_eq!(seen, KEYS, "{last}");
+    // Each path is printed beside its anchor.
+    for anchor in [
+        "LTTng-UST",
+        "NanoLog",
+        "spdlog",
+        "6.6 us",
+        "ctypes call ~0.4 us",
+    ] {
+        assert!(stdout.contains(anchor), "{anchor} in {stdout}");
+    }
+}
