@@ -1,5 +1,5 @@
 //! `eventd-perf limits`: what the fair-share rate limits
-//! (docs/rate-limits.md) cost and what they buy, against the eventd binary,
+//! (docs/guide/rate-limits.md) cost and what they buy, against the eventd binary,
 //! each figure beside its counterpart with the limits off
 //! (`RateLimitBurst = 0`):
 //!
