@@ -490,6 +490,11 @@ fn check_units() -> f64 {
     .iter()
     .map(|u| format!("/lib/systemd/system/{u}"))
     .collect();
+    // systemd-analyze loads units with PID 1's own code, which stamps
+    // /run/systemd/systemd-units-load; that stamp is the tool's, not the
+    // package's, and goes when the checks are done.
+    let stamp = Path::new("/run/systemd/systemd-units-load");
+    let stamped_before = stamp.exists();
     // The Documentation= man pages are checked when man is installed.
     let man = if succeeds("sh", &["-c", "command -v man"]) {
         "--man=yes"
@@ -526,6 +531,9 @@ fn check_units() -> f64 {
         .unwrap_or_else(|| panic!("{line}"));
     println!("systemd-analyze security --offline=yes eventd.service: {line}");
     eprintln!("{line}");
+    if !stamped_before {
+        let _ = std::fs::remove_file(stamp);
+    }
     level
 }
 

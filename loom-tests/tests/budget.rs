@@ -35,6 +35,6 @@ fn every_refusal_is_reported_exactly_once() {
         let passed = mine.0 + theirs.0;
         let reported = mine.1 + theirs.1 + budget.take();
         assert_eq!(passed + reported, 4, "passed {passed}, reported {reported}");
-        assert!(passed >= 1 && passed <= 3, "passed {passed}");
+        assert!((1..=3).contains(&passed), "passed {passed}");
     });
 }
