@@ -368,7 +368,11 @@ fn inspect(debs: &BTreeMap<String, PathBuf>, multiarch: &str, unpacked: &Path) {
         "/usr/share/bash-completion/completions/eventctl",
         "/usr/share/zsh/vendor-completions/_eventctl",
         "/usr/share/fish/vendor_completions.d/eventctl.fish",
-        "/usr/share/doc/eventd/install.md",
+        "/usr/share/doc/eventd/README.md",
+        "/usr/share/doc/eventd/docs/README.md",
+        "/usr/share/doc/eventd/docs/guide/install.md",
+        "/usr/share/doc/eventd/docs/reference/config.md",
+        "/usr/share/doc/eventd/docs/design/security.md",
         "/usr/share/doc/eventd/copyright",
     ] {
         assert!(
@@ -412,6 +416,7 @@ fn inspect(debs: &BTreeMap<String, PathBuf>, multiarch: &str, unpacked: &Path) {
         ],
         unpacked,
     );
+    installed_docs_lead_somewhere(unpacked);
     let version = run(Command::new(unpacked.join("usr/bin/eventd")).arg("--version"));
     assert!(version.contains("profile dist"), "{version}");
     assert_eq!(
@@ -476,6 +481,62 @@ fn inspect(debs: &BTreeMap<String, PathBuf>, multiarch: &str, unpacked: &Path) {
         field(dev, "Depends"),
         format!("libeventd0 (= {})", field(lib, "Version"))
     );
+}
+
+/// Every page under `/usr/share/doc/eventd` in the unpacked package: its
+/// relative links (outside code blocks) lead to a file the package holds,
+/// and so do the units' `file://` documentation links.
+fn installed_docs_lead_somewhere(unpacked: &Path) {
+    let root = unpacked.join("usr/share/doc/eventd");
+    let mut pages = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(e.path());
+            } else if e.path().extension().is_some_and(|x| x == "md") {
+                pages.push(e.path());
+            }
+        }
+    }
+    assert!(pages.len() > 20, "{} pages installed", pages.len());
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in &pages {
+        let mut fenced = false;
+        for line in std::fs::read_to_string(page).unwrap().lines() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced {
+                continue;
+            }
+            for target in line.split("](").skip(1).filter_map(|p| p.split(')').next()) {
+                let file = target.split('#').next().unwrap_or("");
+                if file.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                if !page.parent().unwrap().join(file).exists() {
+                    broken.push(format!("{}: {target}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} links");
+    assert!(
+        broken.is_empty(),
+        "installed docs link nowhere: {broken:#?}"
+    );
+    for unit in ["eventd.service", "eventd.socket", "eventd-query.socket"] {
+        let text = std::fs::read_to_string(repo().join("packaging").join(unit)).unwrap();
+        for url in text
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("file:///"))
+        {
+            assert!(unpacked.join(url).exists(), "{unit}: /{url} is not shipped");
+        }
+    }
 }
 
 /// `systemd-analyze verify` on the installed units, and the exposure

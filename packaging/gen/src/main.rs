@@ -6,12 +6,14 @@
 //! and the shipped binaries carry no generator.
 //!
 //! Writes `OUT_DIR/man/eventd.8`, `eventctl.1` and one `eventctl-*.1` per
-//! subcommand, and `OUT_DIR/completions/` for bash (`NAME.bash`), zsh
-//! (`_NAME`) and fish (`NAME.fish`). Its tests also keep
+//! subcommand, `OUT_DIR/completions/` for bash (`NAME.bash`), zsh
+//! (`_NAME`) and fish (`NAME.fish`), and `OUT_DIR/doc/`, the pages the
+//! package installs under `/usr/share/doc/eventd` (`docs.rs`). Its tests also keep
 //! `docs/reference/eventctl.md` in step with eventctl's CLI (`markdown.rs`).
 
 // The argument structs are only rendered here, never filled: their fields
 // are read by the binaries, not by this program.
+mod docs;
 #[allow(dead_code)]
 #[path = "../../../src/bin/eventctl/cli.rs"]
 mod eventctl_cli;
@@ -64,5 +66,10 @@ fn generate(out: &Path) -> std::io::Result<()> {
             clap_complete::generate_to(shell, &mut cmd, name, &completions)?;
         }
     }
-    Ok(())
+    docs::stage(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .as_path(),
+        &out.join("doc"),
+    )
 }
