@@ -33,8 +33,8 @@
 use crate::cluster::{self, Cluster, Options};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, ExportPoint, Knobs, Outcome};
+use crate::report;
 use crate::system::{stat_cpu_ns, Producers, Running};
-use crate::{report, Args};
 use anyhow::{bail, Context};
 use eventd::export::clickhouse::{ident, quote, Client, Endpoint};
 use eventd::export::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
@@ -945,7 +945,7 @@ fn ingest(
 ) -> anyhow::Result<Vec<IngestFigures>> {
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
     let mut rounds = Vec::new();
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         let mut outcomes = Vec::new();
         let mut cpus = Vec::new();
         let mut exported = Vec::new();
@@ -1151,6 +1151,50 @@ pub(crate) fn require_cluster() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The export scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    system: crate::cli::System,
+    /// Seconds of each ingest point, export off and on (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events stored before they are exported.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// ExportBatchRows values measured (RowBinary).
+    #[arg(long, value_delimiter = ',', default_value = "5000,50000,200000")]
+    batch_rows: Vec<u64>,
+    /// Replicas of each of the cluster's two ClickHouse shards.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// One ClickHouse server without ZooKeeper (the single-server schema)
+    /// instead of 2 shards × --replicas.
+    #[arg(long)]
+    single: bool,
+    /// Seconds of the paced load (export lag).
+    #[arg(long, default_value_t = 15.0)]
+    lag_secs: f64,
+    /// ExportNice of every eventd started (default: eventd's own).
+    #[arg(long, default_value_t = eventd::config::EXPORT_NICE_DEFAULT as i32)]
+    export_nice: i32,
+    /// CPUs the ClickHouse servers and ZooKeeper run on (default: all,
+    /// shared with eventd and the bare loop); eventd, the bare loop and
+    /// the load then run on the other CPUs, as they would beside a cluster
+    /// on machines of its own.
+    #[arg(long, value_delimiter = ',')]
+    cluster_cpus: Vec<u32>,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.system.setup()?, args.bytes.sizes()?, &work)
+}
+
 // Longer than the ~70 lines a function should be: the scenario's phases in
 // the order they run, each a call and a progress line.
 /// Runs the scenario; prints its tables; writes `export.json`; returns the
@@ -1229,7 +1273,7 @@ pub(crate) fn run(
     // Each point `--repeat` times, the rounds interleaved: the bare rate of
     // one point moved by up to 1.35x within minutes on this machine, so
     // the ratio is judged by its median over rounds.
-    let rounds: Vec<(usize, Format, u64)> = (0..args.repeat.max(1))
+    let rounds: Vec<(usize, Format, u64)> = (0..args.common.repeat.max(1))
         .flat_map(|round| points.iter().map(move |&(f, b)| (round + 1, f, b)))
         .collect();
     let mut pairs = Vec::new();
@@ -1341,7 +1385,7 @@ pub(crate) fn run(
             .map(|s| s.client.clone())
             .unwrap_or_default(),
     };
-    let json = args.results.join("export.json");
+    let json = args.common.output.results.join("export.json");
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
     println!("\nreport: {}", json.display());
     let headline = median_pair(&pairs, Format::RowBinary)
@@ -1394,8 +1438,8 @@ fn print_tables(
         ch.layout(),
         CpuSplit::describe(ch.split.as_ref()),
         filled.rows(),
-        args.event_bytes,
-        args.system
+        args.bytes.event_bytes,
+        args.system.system
     );
     println!(
         "| round | format | ExportBatchRows | export rows/s | export rows/s, first to last full batch \
@@ -1442,7 +1486,7 @@ fn print_tables(
             p.export.rows,
         );
     }
-    if args.repeat > 1 {
+    if args.common.repeat > 1 {
         let points = pairs
             .iter()
             .filter(|p| p.round == 1)

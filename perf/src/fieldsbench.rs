@@ -20,10 +20,10 @@
 //!    its 100th result. The events returned with and without indexes must
 //!    be the same ones.
 
+use crate::ceiling;
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome, PointIndexes};
 use crate::system::{Running, SystemKind};
-use crate::{ceiling, Args};
 use anyhow::{anyhow, bail, Context};
 use eventd::config::ConfigFile;
 use eventd::daemon::Tunables;
@@ -476,7 +476,7 @@ fn insert_costs(
     };
     let variants = variants()?;
     let mut samples = vec![(Vec::new(), Vec::new()); variants.len()];
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         for ((label, wanted), (c, r)) in variants.iter().zip(&mut samples) {
             progress.set_message(format!("insert cost: {label}"));
             c.push(ceiling_rate(work, args, wanted)?);
@@ -542,7 +542,7 @@ fn daemon_points(
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
     let configs = [eventd::config::query_indexes_default(), Vec::new()];
     let mut points = Vec::new();
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         for wanted in &configs {
             let sql = ceiling_sql(wanted);
             let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
@@ -1133,7 +1133,7 @@ impl Measured {
 }
 
 fn write_json(args: &Args, m: &Measured) -> anyhow::Result<()> {
-    let path = args.results.join("fields.json");
+    let path = args.common.output.results.join("fields.json");
     let report = serde_json::json!({
         "scenario": "fields",
         "machine": crate::report::Machine::describe(),
@@ -1170,6 +1170,34 @@ fn check_args(args: &Args) -> anyhow::Result<()> {
         "--day-events and --insert-rows must be positive"
     );
     Ok(())
+}
+
+/// The fields scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    system: crate::cli::System,
+    /// Seconds of load of each eventd insert-cost point (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events of the day-long store.
+    #[arg(long, default_value_t = 100_000_000)]
+    day_events: u64,
+    /// Shard files of the store (and of the insert-cost databases).
+    #[arg(long, default_value_t = 16)]
+    day_shards: usize,
+    /// Rows of each insert-cost measurement.
+    #[arg(long, default_value_t = 4_000_000)]
+    insert_rows: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.system.setup()?, args.bytes.sizes()?, &work)
 }
 
 /// The whole scenario; returns the machine-readable summary line.

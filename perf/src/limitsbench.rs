@@ -19,7 +19,6 @@ use crate::limitsflood::{self, FloodRun};
 use crate::load::{self, Sizes};
 use crate::pipeline::{self, Knobs};
 use crate::system::{Running, SystemKind};
-use crate::Args;
 use anyhow::{bail, ensure, Context};
 use eventd::config::rate::{RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_INTERVAL_DEFAULT};
 use eventd::rings::{EmitError, Event, Level, Ring};
@@ -200,6 +199,40 @@ struct Flood<'a> {
     off: &'a FloodRun,
 }
 
+/// The limits scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events of each run without a flood.
+    #[arg(long, default_value_t = 2_000_000)]
+    limits_events: u64,
+    /// Providers those events are spread over (each must stay at or under
+    /// half the default burst).
+    #[arg(long, default_value_t = 400)]
+    limits_sources: u64,
+    /// The runs without a flood with `QueryIndexes = []` (on and off
+    /// alike): each provider's place in the default `(provider, ts)` index
+    /// then no longer bounds the insert rate.
+    #[arg(long)]
+    without_query_indexes: bool,
+    /// Events of the quiet provider beside the flood.
+    #[arg(long, default_value_t = 1000)]
+    quiet_events: u64,
+    /// The quiet provider's events per second.
+    #[arg(long, default_value_t = 200)]
+    quiet_rate: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.binary.path()?, args.bytes.sizes()?, &work)
+}
+
 /// Runs both parts; prints the tables, writes `limits.json`; returns the
 /// summary line.
 pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Result<String> {
@@ -242,7 +275,7 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
         no_flood: NoFlood {
             events,
             sources,
-            rounds: args.repeat.max(1),
+            rounds: args.common.repeat.max(1),
             on_events_per_s: on_rate,
             off_events_per_s: off_rate,
             ratio: on_rate / off_rate,
@@ -258,7 +291,7 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
         },
     };
     print_tables(&report, sizes);
-    let json = args.results.join("limits.json");
+    let json = args.common.output.results.join("limits.json");
     std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
     println!("\nreport: {}", json.display());
     Ok(format!(
@@ -279,7 +312,7 @@ fn no_flood(
     work: &Path,
 ) -> anyhow::Result<Vec<IngestRun>> {
     let mut runs = Vec::new();
-    for round in 1..=args.repeat.max(1) {
+    for round in 1..=args.common.repeat.max(1) {
         // Swapped each round, so a drift of the shared machine falls on both.
         let order = if round % 2 == 1 {
             [true, false]

@@ -26,7 +26,6 @@
 use crate::ceiling;
 use crate::load::{self, Mode, Sizes};
 use crate::system::{self, Running, SystemKind};
-use crate::Args;
 use anyhow::Context;
 use eventd::config::ConfigFile;
 use eventd::daemon::Tunables;
@@ -430,6 +429,34 @@ fn point(
     })
 }
 
+/// The scale scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    /// Seconds of load per point (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Rings attached (simulated CPUs), in order.
+    #[arg(long, value_delimiter = ',', default_value = "2,16,64,256")]
+    scale_rings: Vec<u32>,
+    /// StorageShards values run at each ring count.
+    #[arg(long, value_delimiter = ',', default_value = "0,256")]
+    scale_shards: Vec<i64>,
+    /// Concurrent query clients.
+    #[arg(long, default_value_t = 128)]
+    queries: usize,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.binary.path()?, args.bytes.sizes()?, &work)
+}
+
 /// The whole scenario; returns the machine-readable summary line.
 pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Result<String> {
     let limit = raise_nofile();
@@ -441,7 +468,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
     // 256 databases moved by up to 1.8x between runs here, so ratios are
     // judged by their median over rounds.
     let mut points = Vec::new();
-    for _round in 0..args.repeat.max(1) {
+    for _round in 0..args.common.repeat.max(1) {
         for &rings in &args.scale_rings {
             for &shards in &args.scale_shards {
                 let p = point(
@@ -460,7 +487,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
     }
     progress.finish_and_clear();
     println!("{}", table(&points));
-    let per_round = points.len() / args.repeat.max(1);
+    let per_round = points.len() / args.common.repeat.max(1);
     let medians: Vec<ScalePoint> = points[..per_round]
         .iter()
         .map(|first| {
@@ -482,7 +509,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
             same[same.len() / 2].clone()
         })
         .collect();
-    let json = args.results.join("scale.json");
+    let json = args.common.output.results.join("scale.json");
     std::fs::write(
         &json,
         serde_json::to_string_pretty(&serde_json::json!({
@@ -493,7 +520,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
             "points": points,
         }))?,
     )?;
-    let svg = args.results.join("scale.svg");
+    let svg = args.common.output.results.join("scale.svg");
     write_svg(&svg, &medians)?;
     println!("report: {} and {}", json.display(), svg.display());
     let last = medians.last().context("no point was measured")?;
