@@ -34,10 +34,6 @@ const LONG_FILES: &[(&str, &str)] = &[
         "the structured-fields scenario and its report; as exportbench.rs",
     ),
     (
-        "perf/src/scale.rs",
-        "the scale scenario with its own options; its medians and report go to the runner next",
-    ),
-    (
         "perf/src/syslogbench.rs",
         "the syslog scenario and every peer daemon's set-up; as exportbench.rs",
     ),
@@ -56,10 +52,7 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/exportbench.rs", "print_tables", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
-    ("perf/src/report.rs", "write_svg", PERF),
     ("perf/src/scale.rs", "point", PERF),
-    ("perf/src/scale.rs", "run", PERF),
-    ("perf/src/scale.rs", "write_svg", PERF),
     ("perf/src/scenarios.rs", "run_pragmas", PERF),
     ("perf/src/syslogbench.rs", "run", PERF),
     ("perf/src/system.rs", "start", PERF),

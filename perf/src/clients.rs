@@ -123,10 +123,7 @@ fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
 }
 
 fn median_of(runs: &[Cost]) -> Cost {
-    let mid = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let mid = |v: Vec<f64>| crate::runner::median(&v);
     Cost {
         wall: mid(runs.iter().map(|c| c.wall).collect()),
         cpu: mid(runs.iter().map(|c| c.cpu).collect()),

@@ -33,7 +33,7 @@
 use crate::cluster::{self, Cluster, Options};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, ExportPoint, Knobs, Outcome};
-use crate::report;
+use crate::runner;
 use crate::system::{stat_cpu_ns, Producers, Running};
 use anyhow::{bail, Context};
 use eventd::export::clickhouse::{ident, quote, Client, Endpoint};
@@ -1020,9 +1020,6 @@ fn ingest(
 
 #[derive(Serialize)]
 struct ExportReportFile<'a> {
-    scenario: &'a str,
-    machine: report::Machine,
-    command: String,
     clickhouse: String,
     shards: usize,
     replicas: usize,
@@ -1117,12 +1114,10 @@ fn split_cpus(args: &Args) -> anyhow::Result<Option<CpuSplit>> {
 /// The round of `format` at the default batch whose export / bare ratio is
 /// the median of its rounds (the upper one of an even count).
 fn median_pair(pairs: &[Pair], format: Format) -> Option<&Pair> {
-    let mut at: Vec<&Pair> = pairs
+    let at = pairs
         .iter()
-        .filter(|p| p.format == format && p.batch_rows == BATCH_DEFAULT)
-        .collect();
-    at.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
-    at.get(at.len() / 2).copied()
+        .filter(|p| p.format == format && p.batch_rows == BATCH_DEFAULT);
+    runner::median_by(at, |p| p.ratio)
 }
 
 /// The smallest batch whose export rate is within 10 % of the best
@@ -1330,12 +1325,10 @@ pub(crate) fn run(
         pairs.push(p);
     }
     let ingest = ingest(&mut ch, args, setup, sizes, &work, &progress)?;
-    let mut ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
-    let mut niced: Vec<f64> = ingest.iter().map(|r| r.ratio_cluster_niced).collect();
-    niced.sort_by(f64::total_cmp);
-    let median_niced = niced[niced.len() / 2];
+    let ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
+    let median = runner::median(&ratios);
+    let niced: Vec<f64> = ingest.iter().map(|r| r.ratio_cluster_niced).collect();
+    let median_niced = runner::median(&niced);
     // Half of what the pipeline takes with export on: with the cluster on
     // the same CPUs, half the export-off rate can be more than that.
     let on_rate = ingest
@@ -1359,9 +1352,6 @@ pub(crate) fn run(
     let choice = batch_choice(&pairs);
     print_tables(&ch, args, &filled, &pairs, &ingest, &lag, choice);
     let report = ExportReportFile {
-        scenario: "export",
-        machine: report::Machine::describe(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
         clickhouse: ch.version.clone(),
         shards: ch.cluster.shards(),
         replicas: ch.cluster.replicas(),
@@ -1385,8 +1375,7 @@ pub(crate) fn run(
             .map(|s| s.client.clone())
             .unwrap_or_default(),
     };
-    let json = args.common.output.results.join("export.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+    let json = runner::write_report(&args.common.output.results, "export", &report)?;
     println!("\nreport: {}", json.display());
     let headline = median_pair(&pairs, Format::RowBinary)
         .or(pairs.first())
@@ -1428,7 +1417,7 @@ fn print_tables(
     lag: &LagFigures,
     choice: u64,
 ) {
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## export ({} CPUs, {}; ClickHouse {} {}; {}; {} rows, \
          messages of {} bytes; eventd {:?})\n",
@@ -1502,7 +1491,7 @@ fn print_tables(
                 "\n{} {batch}: export / bare by round, sorted: {:.2?} (median {:.2})",
                 format.name(),
                 ratios,
-                ratios[ratios.len() / 2]
+                runner::median(&ratios)
             );
         }
     }
@@ -1606,10 +1595,7 @@ fn print_tables(
 /// The two judgements of this run, each side's format named: ingest with
 /// export on against off, and export against ClickHouse's bare insert.
 fn print_summary(pairs: &[Pair], ingest: &[IngestFigures]) {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |v: Vec<f64>| runner::median(&v);
     let on_off = median(ingest.iter().map(|r| r.ratio).collect());
     let niced = median(ingest.iter().map(|r| r.ratio_cluster_niced).collect());
     println!(

@@ -23,6 +23,7 @@
 use crate::ceiling;
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome, PointIndexes};
+use crate::runner::median_midpoint as median;
 use crate::system::{Running, SystemKind};
 use anyhow::{anyhow, bail, Context};
 use eventd::config::ConfigFile;
@@ -407,16 +408,6 @@ fn labels(wanted: &[QueryIndex]) -> String {
         .map(QueryIndex::label)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Bytes of the files in `dir`.
@@ -1133,11 +1124,7 @@ impl Measured {
 }
 
 fn write_json(args: &Args, m: &Measured) -> anyhow::Result<()> {
-    let path = args.common.output.results.join("fields.json");
     let report = serde_json::json!({
-        "scenario": "fields",
-        "machine": crate::report::Machine::describe(),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
         "day_events": args.day_events,
         "day_shards": args.day_shards,
         "insert_rows": args.insert_rows,
@@ -1152,8 +1139,7 @@ fn write_json(args: &Args, m: &Measured) -> anyhow::Result<()> {
         "grep_expected": m.grep_expected,
         "summary": m.summary_line(),
     });
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    let path = crate::runner::write_report(&args.common.output.results, "fields", &report)?;
     println!("\nreport: {}", path.display());
     Ok(())
 }

@@ -429,7 +429,7 @@ pub fn run(eventd_binary: &Path, work: &Path, n: u64) -> anyhow::Result<String> 
         Ok(r) => runs.push(r),
         Err(e) => eprintln!("systemd-cat into journald not measured: {e:#}"),
     }
-    let machine = crate::report::Machine::describe();
+    let machine = crate::runner::Machine::describe();
     println!(
         "\n## host sources ({n} records of {LINE_BYTES} bytes per path; {} CPUs)\n",
         machine.cpus

@@ -168,9 +168,6 @@ pub struct IngestRun {
 /// The whole scenario's report.
 #[derive(Serialize)]
 struct Report<'a> {
-    scenario: &'static str,
-    machine: crate::report::Machine,
-    command: String,
     defaults: (String, u64),
     no_flood: NoFlood<'a>,
     flood: Flood<'a>,
@@ -250,13 +247,12 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
     }
     let runs = no_flood(args, eventd, sizes, work)?;
     let median = |on: bool| {
-        let mut v: Vec<f64> = runs
+        let v: Vec<f64> = runs
             .iter()
             .filter(|r| r.limits_on == on)
             .map(|r| r.events_per_s)
             .collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        crate::runner::median(&v)
     };
     let (on_rate, off_rate) = (median(true), median(false));
     let verified = runs
@@ -265,9 +261,6 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
     let flood_on = limitsflood::run(work, eventd, true, args.quiet_events, args.quiet_rate)?;
     let flood_off = limitsflood::run(work, eventd, false, args.quiet_events, args.quiet_rate)?;
     let report = Report {
-        scenario: "limits",
-        machine: crate::report::Machine::describe(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
         defaults: (
             format!("{}s", RATE_LIMIT_INTERVAL_DEFAULT.as_secs()),
             RATE_LIMIT_BURST_DEFAULT,
@@ -291,8 +284,7 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
         },
     };
     print_tables(&report, sizes);
-    let json = args.common.output.results.join("limits.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+    let json = crate::runner::write_report(&args.common.output.results, "limits", &report)?;
     println!("\nreport: {}", json.display());
     Ok(format!(
         "limits ingest_on_per_s={on_rate:.0} ingest_off_per_s={off_rate:.0} ratio={:.3} \
@@ -535,7 +527,7 @@ fn print_tables(r: &Report<'_>, sizes: Sizes) {
         sizes.min,
         sizes.max,
         indexes_text(n.runs),
-        r.machine.cpus,
+        eventd::rings::online_cpus().len(),
         n.rounds
     );
     println!(

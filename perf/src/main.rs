@@ -30,6 +30,7 @@ mod load;
 mod pipeline;
 mod querybench;
 mod report;
+mod runner;
 mod running;
 mod scale;
 mod scenarios;

@@ -5,7 +5,7 @@
 use crate::cli::{Binary, Common, EventBytes, Output, System};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome};
-use crate::{ceiling, querybench, report, syslogbench};
+use crate::{ceiling, querybench, report, runner, syslogbench};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -231,30 +231,21 @@ fn run_rounds(
     progress: &indicatif::ProgressBar,
     mut run: impl FnMut(&str, Knobs) -> anyhow::Result<Outcome>,
 ) -> anyhow::Result<(Vec<Outcome>, Vec<Outcome>)> {
-    let mut runs: Vec<Vec<Outcome>> = vec![Vec::new(); points.len()];
-    for round in 0..repeat.max(1) {
-        for (i, (label, knobs)) in points.iter().enumerate() {
-            let o = run(label, *knobs)?;
-            progress.suspend(|| eprintln!(
-                "{label} (round {}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
-                round + 1,
-                o.events_per_s,
-                o.ceiling_per_s,
-                o.ratio_to_ceiling,
-                o.lost,
-                o.latency_us_p99
-            ));
-            runs[i].push(o);
-        }
-    }
+    let runs = runner::rounds(points, repeat, |round, (label, knobs)| {
+        let o = run(label, *knobs)?;
+        progress.suspend(|| {
+            eprintln!(
+                "{label} (round {round}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, \
+                 p99 {} µs",
+                o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost, o.latency_us_p99
+            )
+        });
+        Ok(o)
+    })?;
     let all_runs: Vec<Outcome> = runs.iter().flatten().cloned().collect();
     let medians = runs
         .into_iter()
-        .map(|mut r| {
-            r.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
-            let mid = r.len() / 2;
-            r.swap_remove(mid)
-        })
+        .filter_map(|r| runner::median_by(r, |o| o.ratio_to_ceiling))
         .collect();
     Ok((medians, all_runs))
 }
@@ -272,7 +263,7 @@ fn write_report(
     headline: &Outcome,
 ) -> anyhow::Result<()> {
     let name = scenario.name();
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## {name} ({} CPUs, {}; load {:.0} s per point, message {}-{} bytes, {})\n",
         machine.cpus,
@@ -286,18 +277,14 @@ fn write_report(
         }
     );
     print!("{}", report::table(outcomes));
-    let json = results.join(format!("{name}.json"));
-    let report = report::Report {
-        scenario: name,
-        machine,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+    let body = report::Report {
         points: outcomes,
         runs: all_runs,
         headline,
     };
-    report::write_json(&json, &report)?;
+    let json = runner::write_report(results, name, &body)?;
     let svg = results.join(format!("{name}.svg"));
-    report::write_svg(&svg, name, outcomes)?;
+    report::chart(name, outcomes).write_svg(&svg)?;
     println!("\nreport: {}  chart: {}", json.display(), svg.display());
     Ok(())
 }
@@ -391,8 +378,7 @@ pub(crate) fn run_pragmas(args: &PragmasArgs) -> anyhow::Result<()> {
     }
     println!("\n## pragmas ({shards} databases, {rows} rows, 4096 per transaction)\n");
     print!("{table}");
-    let json = args.output.results.join("pragmas.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+    let json = runner::write_json(&args.output.results, "pragmas", &results)?;
     println!("\nreport: {}", json.display());
     Ok(())
 }
@@ -438,7 +424,7 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
             args.eventd_config.as_deref(),
         )?);
     }
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
         args.messages, machine.cpus
@@ -466,8 +452,7 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
             );
         }
     }
-    let json = args.common.output.results.join("syslog.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&all)?)?;
+    let json = runner::write_json(&args.common.output.results, "syslog", &all)?;
     println!("\nreport: {}", json.display());
     // The last round's ratio of eventd to the fastest peer.
     let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
@@ -539,8 +524,7 @@ pub(crate) fn run_query_bench(args: &QueryArgs) -> anyhow::Result<String> {
             p.cold_hundred_results_us
         );
     }
-    let json = args.common.output.results.join("query.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&points)?)?;
+    let json = runner::write_json(&args.common.output.results, "query", &points)?;
     println!("\nreport: {}", json.display());
     Ok(format!(
         "query_16_shards_vs_one={worst_16:.1} query_256_shards_vs_one={worst_256:.1}"
