@@ -6,7 +6,8 @@
 //! rot. A remark beside a function that it is long (the words of
 //! [`LONG_REMARK`]) is held to the same: the function under it must be over
 //! the limit and exempted. Tests (`#[cfg(test)]` modules and `tests/`) are
-//! not held to it.
+//! not held to it, nor is the test cluster they share with the perf harness
+//! (`cluster/`, the `eventd-cluster` crate, formerly `tests/common/`).
 //!
 //! The scan reads rustfmt's layout: a function starts at a line whose first
 //! word (after `pub`, `const`, `async`, `unsafe`, `extern "C"`) is `fn`, and

@@ -1,8 +1,8 @@
 //! The export scenario: eventd's export stage into a private ClickHouse
 //! cluster (2 shards × `--replicas` of the system's clickhouse-server and a
-//! ZooKeeper, all under the work directory on loopback; the tests' own
-//! `tests/common/cluster.rs`), each figure printed beside the peer or
-//! ceiling it is judged against, measured in the same run:
+//! ZooKeeper, all under the work directory on loopback: `eventd-cluster`,
+//! the tests' own), each figure printed beside the peer or ceiling it is
+//! judged against, measured in the same run:
 //!
 //! 1. **Export rows/s** of a filled store (`--rows` events, stored with
 //!    export off), from eventd's start with `ExportUrl` set until its
@@ -30,7 +30,6 @@
 //! the servers have no merge or replication work left from the previous
 //! one; after each, ClickHouse's row count must equal the rows sent.
 
-use crate::cluster::{self, Cluster, Options};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, ExportPoint, Knobs, Outcome};
 use crate::runner;
@@ -42,6 +41,7 @@ use eventd::export::source::{Encoding, ShardSource};
 use eventd::export::state::Table;
 use eventd::export::ExportReport;
 use eventd::rings::attach::parse_cpu_list;
+use eventd_cluster::{self as cluster, Cluster, Options};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::{Path, PathBuf};

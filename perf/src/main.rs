@@ -18,9 +18,6 @@
 mod ceiling;
 mod cli;
 mod clients;
-// The tests' private ClickHouse cluster and ZooKeeper (the export scenario).
-#[path = "../../tests/common/cluster.rs"]
-mod cluster;
 mod exportbench;
 mod fieldsbench;
 mod hostbench;

@@ -6,8 +6,7 @@
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets
 //! it).
 
-#[path = "../../tests/common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 
 use std::process::Command;
 
