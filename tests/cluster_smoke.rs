@@ -1,4 +1,4 @@
-//! Smoke test of the ClickHouse test cluster (tests/common/cluster.rs) and
+//! Smoke test of the ClickHouse test cluster (cluster/src/lib.rs) and
 //! of the 18.16 behaviours an exactly-once exporter leans on: Distributed
 //! inserts, block deduplication and its window, and quorum inserts with a
 //! SIGSTOPped replica. Facts and the queries behind them:
@@ -7,8 +7,7 @@
 //! Skipped (with the `apt-get install` line) where ClickHouse or ZooKeeper
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1`.
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 
 use cluster::{wait_until, Cluster, Options, RowBinary};
 use std::time::{Duration, Instant};

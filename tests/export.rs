@@ -1,6 +1,6 @@
 //! The export stage against a real ClickHouse cluster: Debian's
 //! `clickhouse-server` 18.16 as 2 shards × 2 replicas with a private
-//! ZooKeeper (tests/common/cluster.rs), and real `eventd` processes with
+//! ZooKeeper (cluster/src/lib.rs), and real `eventd` processes with
 //! different `HostName`s exporting into it.
 //!
 //! Every test ends the same way: once each host's store is exported, the
@@ -13,8 +13,7 @@
 //! it). The tests of this file run one at a time: each starts its own
 //! cluster of four servers, and two cores hold one such cluster well.
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 mod common;
 #[path = "common/export.rs"]
 mod export_common;

@@ -12,8 +12,7 @@
 //! `apt-get install` line) where ClickHouse is missing, unless
 //! `EVENTD_REQUIRE_CLICKHOUSE=1`.
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 mod common;
 
 use cluster::{Cluster, Options, User};

@@ -1,13 +1,12 @@
 //! Export to one ClickHouse server as most people run it: no ZooKeeper,
-//! no cluster, no macros (tests/common/cluster.rs `start_single`, Debian's
+//! no cluster, no macros (cluster/src/lib.rs `start_single`, Debian's
 //! `clickhouse-server` 18.16), plain HTTP and HTTPS with certificates this
 //! test makes with `openssl`.
 //!
 //! Skipped (with the `apt-get install` line) where ClickHouse is missing,
 //! unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets it).
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 mod common;
 #[path = "common/export.rs"]
 mod export_common;

@@ -15,8 +15,7 @@
 //! `target/chdb-venv/bin/python` (scripts/test-all makes it); without it the
 //! chdb half is skipped with the reason, unless `EVENTD_REQUIRE_CHDB=1`.
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 mod common;
 
 use cluster::{Cluster, Options};

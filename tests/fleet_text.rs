@@ -5,14 +5,13 @@
 //! characters (C0, DEL, C1) and bidi controls are shown as `\u{..}` in
 //! text; JSON output writes C1 and bidi controls as `\uXXXX`.
 //!
-//! Against a real clickhouse-server 18.16 (tests/common/cluster.rs, one
+//! Against a real clickhouse-server 18.16 (cluster/src/lib.rs, one
 //! server): rows are inserted into it directly, and a view whose rows it
 //! cannot convert makes it answer with an error that quotes one of them.
 //! Skipped (with the `apt-get install` line) where ClickHouse is missing,
 //! unless `EVENTD_REQUIRE_CLICKHOUSE=1`.
 
-#[path = "common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 mod common;
 
 use cluster::{Cluster, Options, RowBinary};

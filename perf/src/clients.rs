@@ -123,10 +123,7 @@ fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
 }
 
 fn median_of(runs: &[Cost]) -> Cost {
-    let mid = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let mid = |v: Vec<f64>| crate::runner::median(&v);
     Cost {
         wall: mid(runs.iter().map(|c| c.wall).collect()),
         cpu: mid(runs.iter().map(|c| c.cpu).collect()),
@@ -433,6 +430,22 @@ const GOAL_KV: Anchor = Anchor("goal <= 150 ns", 150.0);
 const GOAL_PY_EMIT: Anchor = Anchor("goal <= 1 us", 1000.0);
 const PY_LOGGING: Anchor = Anchor("Python logging alone ~6.6 us", 6600.0);
 const CTYPES_CALL: Anchor = Anchor("bare ctypes call ~0.4 us", 400.0);
+
+/// The clients scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    output: crate::cli::Output,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    /// Events each client emits per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    run(&args.binary.path()?, &args.output.work()?, args.messages)
+}
 
 /// Runs the scenario; returns the machine-readable last line.
 pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<String> {

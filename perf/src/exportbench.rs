@@ -1,8 +1,8 @@
 //! The export scenario: eventd's export stage into a private ClickHouse
 //! cluster (2 shards × `--replicas` of the system's clickhouse-server and a
-//! ZooKeeper, all under the work directory on loopback; the tests' own
-//! `tests/common/cluster.rs`), each figure printed beside the peer or
-//! ceiling it is judged against, measured in the same run:
+//! ZooKeeper, all under the work directory on loopback: `eventd-cluster`,
+//! the tests' own), each figure printed beside the peer or ceiling it is
+//! judged against, measured in the same run:
 //!
 //! 1. **Export rows/s** of a filled store (`--rows` events, stored with
 //!    export off), from eventd's start with `ExportUrl` set until its
@@ -30,11 +30,10 @@
 //! the servers have no merge or replication work left from the previous
 //! one; after each, ClickHouse's row count must equal the rows sent.
 
-use crate::cluster::{self, Cluster, Options};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, ExportPoint, Knobs, Outcome};
+use crate::runner;
 use crate::system::{stat_cpu_ns, Producers, Running};
-use crate::{report, Args};
 use anyhow::{bail, Context};
 use eventd::export::clickhouse::{ident, quote, Client, Endpoint};
 use eventd::export::format::{Format, EVENT_COLUMNS, GAP_COLUMNS};
@@ -42,6 +41,7 @@ use eventd::export::source::{Encoding, ShardSource};
 use eventd::export::state::Table;
 use eventd::export::ExportReport;
 use eventd::rings::attach::parse_cpu_list;
+use eventd_cluster::{self as cluster, Cluster, Options};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -945,7 +945,7 @@ fn ingest(
 ) -> anyhow::Result<Vec<IngestFigures>> {
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
     let mut rounds = Vec::new();
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         let mut outcomes = Vec::new();
         let mut cpus = Vec::new();
         let mut exported = Vec::new();
@@ -1020,9 +1020,6 @@ fn ingest(
 
 #[derive(Serialize)]
 struct ExportReportFile<'a> {
-    scenario: &'a str,
-    machine: report::Machine,
-    command: String,
     clickhouse: String,
     shards: usize,
     replicas: usize,
@@ -1117,12 +1114,10 @@ fn split_cpus(args: &Args) -> anyhow::Result<Option<CpuSplit>> {
 /// The round of `format` at the default batch whose export / bare ratio is
 /// the median of its rounds (the upper one of an even count).
 fn median_pair(pairs: &[Pair], format: Format) -> Option<&Pair> {
-    let mut at: Vec<&Pair> = pairs
+    let at = pairs
         .iter()
-        .filter(|p| p.format == format && p.batch_rows == BATCH_DEFAULT)
-        .collect();
-    at.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
-    at.get(at.len() / 2).copied()
+        .filter(|p| p.format == format && p.batch_rows == BATCH_DEFAULT);
+    runner::median_by(at, |p| p.ratio)
 }
 
 /// The smallest batch whose export rate is within 10 % of the best
@@ -1149,6 +1144,50 @@ pub(crate) fn require_cluster() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The export scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    system: crate::cli::System,
+    /// Seconds of each ingest point, export off and on (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events stored before they are exported.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// ExportBatchRows values measured (RowBinary).
+    #[arg(long, value_delimiter = ',', default_value = "5000,50000,200000")]
+    batch_rows: Vec<u64>,
+    /// Replicas of each of the cluster's two ClickHouse shards.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// One ClickHouse server without ZooKeeper (the single-server schema)
+    /// instead of 2 shards × --replicas.
+    #[arg(long)]
+    single: bool,
+    /// Seconds of the paced load (export lag).
+    #[arg(long, default_value_t = 15.0)]
+    lag_secs: f64,
+    /// ExportNice of every eventd started (default: eventd's own).
+    #[arg(long, default_value_t = eventd::config::EXPORT_NICE_DEFAULT as i32)]
+    export_nice: i32,
+    /// CPUs the ClickHouse servers and ZooKeeper run on (default: all,
+    /// shared with eventd and the bare loop); eventd, the bare loop and
+    /// the load then run on the other CPUs, as they would beside a cluster
+    /// on machines of its own.
+    #[arg(long, value_delimiter = ',')]
+    cluster_cpus: Vec<u32>,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.system.setup()?, args.bytes.sizes()?, &work)
 }
 
 // Longer than the ~70 lines a function should be: the scenario's phases in
@@ -1229,7 +1268,7 @@ pub(crate) fn run(
     // Each point `--repeat` times, the rounds interleaved: the bare rate of
     // one point moved by up to 1.35x within minutes on this machine, so
     // the ratio is judged by its median over rounds.
-    let rounds: Vec<(usize, Format, u64)> = (0..args.repeat.max(1))
+    let rounds: Vec<(usize, Format, u64)> = (0..args.common.repeat.max(1))
         .flat_map(|round| points.iter().map(move |&(f, b)| (round + 1, f, b)))
         .collect();
     let mut pairs = Vec::new();
@@ -1286,12 +1325,10 @@ pub(crate) fn run(
         pairs.push(p);
     }
     let ingest = ingest(&mut ch, args, setup, sizes, &work, &progress)?;
-    let mut ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
-    ratios.sort_by(f64::total_cmp);
-    let median = ratios[ratios.len() / 2];
-    let mut niced: Vec<f64> = ingest.iter().map(|r| r.ratio_cluster_niced).collect();
-    niced.sort_by(f64::total_cmp);
-    let median_niced = niced[niced.len() / 2];
+    let ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
+    let median = runner::median(&ratios);
+    let niced: Vec<f64> = ingest.iter().map(|r| r.ratio_cluster_niced).collect();
+    let median_niced = runner::median(&niced);
     // Half of what the pipeline takes with export on: with the cluster on
     // the same CPUs, half the export-off rate can be more than that.
     let on_rate = ingest
@@ -1315,9 +1352,6 @@ pub(crate) fn run(
     let choice = batch_choice(&pairs);
     print_tables(&ch, args, &filled, &pairs, &ingest, &lag, choice);
     let report = ExportReportFile {
-        scenario: "export",
-        machine: report::Machine::describe(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
         clickhouse: ch.version.clone(),
         shards: ch.cluster.shards(),
         replicas: ch.cluster.replicas(),
@@ -1341,8 +1375,7 @@ pub(crate) fn run(
             .map(|s| s.client.clone())
             .unwrap_or_default(),
     };
-    let json = args.results.join("export.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+    let json = runner::write_report(&args.common.output.results, "export", &report)?;
     println!("\nreport: {}", json.display());
     let headline = median_pair(&pairs, Format::RowBinary)
         .or(pairs.first())
@@ -1384,7 +1417,7 @@ fn print_tables(
     lag: &LagFigures,
     choice: u64,
 ) {
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## export ({} CPUs, {}; ClickHouse {} {}; {}; {} rows, \
          messages of {} bytes; eventd {:?})\n",
@@ -1394,8 +1427,8 @@ fn print_tables(
         ch.layout(),
         CpuSplit::describe(ch.split.as_ref()),
         filled.rows(),
-        args.event_bytes,
-        args.system
+        args.bytes.event_bytes,
+        args.system.system
     );
     println!(
         "| round | format | ExportBatchRows | export rows/s | export rows/s, first to last full batch \
@@ -1442,7 +1475,7 @@ fn print_tables(
             p.export.rows,
         );
     }
-    if args.repeat > 1 {
+    if args.common.repeat > 1 {
         let points = pairs
             .iter()
             .filter(|p| p.round == 1)
@@ -1458,7 +1491,7 @@ fn print_tables(
                 "\n{} {batch}: export / bare by round, sorted: {:.2?} (median {:.2})",
                 format.name(),
                 ratios,
-                ratios[ratios.len() / 2]
+                runner::median(&ratios)
             );
         }
     }
@@ -1562,10 +1595,7 @@ fn print_tables(
 /// The two judgements of this run, each side's format named: ingest with
 /// export on against off, and export against ClickHouse's bare insert.
 fn print_summary(pairs: &[Pair], ingest: &[IngestFigures]) {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |v: Vec<f64>| runner::median(&v);
     let on_off = median(ingest.iter().map(|r| r.ratio).collect());
     let niced = median(ingest.iter().map(|r| r.ratio_cluster_niced).collect());
     println!(

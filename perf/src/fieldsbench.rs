@@ -20,10 +20,11 @@
 //!    its 100th result. The events returned with and without indexes must
 //!    be the same ones.
 
+use crate::ceiling;
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome, PointIndexes};
+use crate::runner::median_midpoint as median;
 use crate::system::{Running, SystemKind};
-use crate::{ceiling, Args};
 use anyhow::{anyhow, bail, Context};
 use eventd::config::ConfigFile;
 use eventd::daemon::Tunables;
@@ -409,16 +410,6 @@ fn labels(wanted: &[QueryIndex]) -> String {
         .join(", ")
 }
 
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Bytes of the files in `dir`.
 fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
     let mut bytes = 0;
@@ -476,7 +467,7 @@ fn insert_costs(
     };
     let variants = variants()?;
     let mut samples = vec![(Vec::new(), Vec::new()); variants.len()];
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         for ((label, wanted), (c, r)) in variants.iter().zip(&mut samples) {
             progress.set_message(format!("insert cost: {label}"));
             c.push(ceiling_rate(work, args, wanted)?);
@@ -542,7 +533,7 @@ fn daemon_points(
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
     let configs = [eventd::config::query_indexes_default(), Vec::new()];
     let mut points = Vec::new();
-    for _ in 0..args.repeat.max(1) {
+    for _ in 0..args.common.repeat.max(1) {
         for wanted in &configs {
             let sql = ceiling_sql(wanted);
             let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
@@ -1133,11 +1124,7 @@ impl Measured {
 }
 
 fn write_json(args: &Args, m: &Measured) -> anyhow::Result<()> {
-    let path = args.results.join("fields.json");
     let report = serde_json::json!({
-        "scenario": "fields",
-        "machine": crate::report::Machine::describe(),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
         "day_events": args.day_events,
         "day_shards": args.day_shards,
         "insert_rows": args.insert_rows,
@@ -1152,8 +1139,7 @@ fn write_json(args: &Args, m: &Measured) -> anyhow::Result<()> {
         "grep_expected": m.grep_expected,
         "summary": m.summary_line(),
     });
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-        .with_context(|| format!("writing {}", path.display()))?;
+    let path = crate::runner::write_report(&args.common.output.results, "fields", &report)?;
     println!("\nreport: {}", path.display());
     Ok(())
 }
@@ -1170,6 +1156,34 @@ fn check_args(args: &Args) -> anyhow::Result<()> {
         "--day-events and --insert-rows must be positive"
     );
     Ok(())
+}
+
+/// The fields scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    system: crate::cli::System,
+    /// Seconds of load of each eventd insert-cost point (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events of the day-long store.
+    #[arg(long, default_value_t = 100_000_000)]
+    day_events: u64,
+    /// Shard files of the store (and of the insert-cost databases).
+    #[arg(long, default_value_t = 16)]
+    day_shards: usize,
+    /// Rows of each insert-cost measurement.
+    #[arg(long, default_value_t = 4_000_000)]
+    insert_rows: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.system.setup()?, args.bytes.sizes()?, &work)
 }
 
 /// The whole scenario; returns the machine-readable summary line.

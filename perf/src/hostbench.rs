@@ -390,6 +390,22 @@ fn systemd_cat(work: &Path, n: u64) -> anyhow::Result<SourceRun> {
     Ok(run)
 }
 
+/// The host-sources scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    output: crate::cli::Output,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    /// Records sent through each path.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    run(&args.binary.path()?, &args.output.work()?, args.messages)
+}
+
 /// Runs every path and prints the table.
 pub fn run(eventd_binary: &Path, work: &Path, n: u64) -> anyhow::Result<String> {
     let work = &std::fs::canonicalize(work)?;
@@ -413,7 +429,7 @@ pub fn run(eventd_binary: &Path, work: &Path, n: u64) -> anyhow::Result<String> 
         Ok(r) => runs.push(r),
         Err(e) => eprintln!("systemd-cat into journald not measured: {e:#}"),
     }
-    let machine = crate::report::Machine::describe();
+    let machine = crate::runner::Machine::describe();
     println!(
         "\n## host sources ({n} records of {LINE_BYTES} bytes per path; {} CPUs)\n",
         machine.cpus

@@ -19,7 +19,6 @@ use crate::limitsflood::{self, FloodRun};
 use crate::load::{self, Sizes};
 use crate::pipeline::{self, Knobs};
 use crate::system::{Running, SystemKind};
-use crate::Args;
 use anyhow::{bail, ensure, Context};
 use eventd::config::rate::{RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_INTERVAL_DEFAULT};
 use eventd::rings::{EmitError, Event, Level, Ring};
@@ -169,9 +168,6 @@ pub struct IngestRun {
 /// The whole scenario's report.
 #[derive(Serialize)]
 struct Report<'a> {
-    scenario: &'static str,
-    machine: crate::report::Machine,
-    command: String,
     defaults: (String, u64),
     no_flood: NoFlood<'a>,
     flood: Flood<'a>,
@@ -200,6 +196,40 @@ struct Flood<'a> {
     off: &'a FloodRun,
 }
 
+/// The limits scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Events of each run without a flood.
+    #[arg(long, default_value_t = 2_000_000)]
+    limits_events: u64,
+    /// Providers those events are spread over (each must stay at or under
+    /// half the default burst).
+    #[arg(long, default_value_t = 400)]
+    limits_sources: u64,
+    /// The runs without a flood with `QueryIndexes = []` (on and off
+    /// alike): each provider's place in the default `(provider, ts)` index
+    /// then no longer bounds the insert rate.
+    #[arg(long)]
+    without_query_indexes: bool,
+    /// Events of the quiet provider beside the flood.
+    #[arg(long, default_value_t = 1000)]
+    quiet_events: u64,
+    /// The quiet provider's events per second.
+    #[arg(long, default_value_t = 200)]
+    quiet_rate: u64,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.binary.path()?, args.bytes.sizes()?, &work)
+}
+
 /// Runs both parts; prints the tables, writes `limits.json`; returns the
 /// summary line.
 pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Result<String> {
@@ -217,13 +247,12 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
     }
     let runs = no_flood(args, eventd, sizes, work)?;
     let median = |on: bool| {
-        let mut v: Vec<f64> = runs
+        let v: Vec<f64> = runs
             .iter()
             .filter(|r| r.limits_on == on)
             .map(|r| r.events_per_s)
             .collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        crate::runner::median(&v)
     };
     let (on_rate, off_rate) = (median(true), median(false));
     let verified = runs
@@ -232,9 +261,6 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
     let flood_on = limitsflood::run(work, eventd, true, args.quiet_events, args.quiet_rate)?;
     let flood_off = limitsflood::run(work, eventd, false, args.quiet_events, args.quiet_rate)?;
     let report = Report {
-        scenario: "limits",
-        machine: crate::report::Machine::describe(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
         defaults: (
             format!("{}s", RATE_LIMIT_INTERVAL_DEFAULT.as_secs()),
             RATE_LIMIT_BURST_DEFAULT,
@@ -242,7 +268,7 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
         no_flood: NoFlood {
             events,
             sources,
-            rounds: args.repeat.max(1),
+            rounds: args.common.repeat.max(1),
             on_events_per_s: on_rate,
             off_events_per_s: off_rate,
             ratio: on_rate / off_rate,
@@ -258,8 +284,7 @@ pub fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Res
         },
     };
     print_tables(&report, sizes);
-    let json = args.results.join("limits.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&report)?)?;
+    let json = crate::runner::write_report(&args.common.output.results, "limits", &report)?;
     println!("\nreport: {}", json.display());
     Ok(format!(
         "limits ingest_on_per_s={on_rate:.0} ingest_off_per_s={off_rate:.0} ratio={:.3} \
@@ -279,7 +304,7 @@ fn no_flood(
     work: &Path,
 ) -> anyhow::Result<Vec<IngestRun>> {
     let mut runs = Vec::new();
-    for round in 1..=args.repeat.max(1) {
+    for round in 1..=args.common.repeat.max(1) {
         // Swapped each round, so a drift of the shared machine falls on both.
         let order = if round % 2 == 1 {
             [true, false]
@@ -502,7 +527,7 @@ fn print_tables(r: &Report<'_>, sizes: Sizes) {
         sizes.min,
         sizes.max,
         indexes_text(n.runs),
-        r.machine.cpus,
+        eventd::rings::online_cpus().len(),
         n.rounds
     );
     println!(

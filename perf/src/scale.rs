@@ -25,15 +25,15 @@
 
 use crate::ceiling;
 use crate::load::{self, Mode, Sizes};
+use crate::runner::{self, Chart, Legend, Panel, Series};
 use crate::system::{self, Running, SystemKind};
-use crate::Args;
 use anyhow::Context;
 use eventd::config::ConfigFile;
 use eventd::daemon::Tunables;
 use eventd::query::filter::{Filter, Order};
 use eventd::query::Request;
 use hdrhistogram::Histogram;
-use plotters::prelude::*;
+use plotters::prelude::{BLACK, BLUE, CYAN, GREEN, MAGENTA, RED};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -430,6 +430,34 @@ fn point(
     })
 }
 
+/// The scale scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    common: crate::cli::Common,
+    #[command(flatten)]
+    binary: crate::cli::Binary,
+    /// Seconds of load per point (default 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: crate::cli::EventBytes,
+    /// Rings attached (simulated CPUs), in order.
+    #[arg(long, value_delimiter = ',', default_value = "2,16,64,256")]
+    scale_rings: Vec<u32>,
+    /// StorageShards values run at each ring count.
+    #[arg(long, value_delimiter = ',', default_value = "0,256")]
+    scale_shards: Vec<i64>,
+    /// Concurrent query clients.
+    #[arg(long, default_value_t = 128)]
+    queries: usize,
+}
+
+pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    run(args, &args.binary.path()?, args.bytes.sizes()?, &work)
+}
+
 /// The whole scenario; returns the machine-readable summary line.
 pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyhow::Result<String> {
     let limit = raise_nofile();
@@ -441,7 +469,7 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
     // 256 databases moved by up to 1.8x between runs here, so ratios are
     // judged by their median over rounds.
     let mut points = Vec::new();
-    for _round in 0..args.repeat.max(1) {
+    for _round in 0..args.common.repeat.max(1) {
         for &rings in &args.scale_rings {
             for &shards in &args.scale_shards {
                 let p = point(
@@ -460,41 +488,32 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
     }
     progress.finish_and_clear();
     println!("{}", table(&points));
-    let per_round = points.len() / args.repeat.max(1);
+    let per_round = points.len() / args.common.repeat.max(1);
     let medians: Vec<ScalePoint> = points[..per_round]
         .iter()
-        .map(|first| {
-            let mut same: Vec<&ScalePoint> = points
+        .filter_map(|first| {
+            let same = points
                 .iter()
-                .filter(|p| p.rings == first.rings && p.storage_shards == first.storage_shards)
-                .collect();
-            same.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
-            if same.len() > 1 {
-                let ratios: Vec<f64> = same.iter().map(|p| p.ratio_to_ceiling).collect();
+                .filter(|p| p.rings == first.rings && p.storage_shards == first.storage_shards);
+            if args.common.repeat > 1 {
+                let mut ratios: Vec<f64> = same.clone().map(|p| p.ratio_to_ceiling).collect();
+                ratios.sort_by(f64::total_cmp);
                 println!(
                     "rings {} StorageShards {}: ratio to the ceiling by round, sorted {:.2?}, median {:.2}",
                     first.rings,
                     first.storage_shards,
                     ratios,
-                    ratios[ratios.len() / 2]
+                    runner::median(&ratios)
                 );
             }
-            same[same.len() / 2].clone()
+            runner::median_by(same, |p| p.ratio_to_ceiling).cloned()
         })
         .collect();
-    let json = args.results.join("scale.json");
-    std::fs::write(
-        &json,
-        serde_json::to_string_pretty(&serde_json::json!({
-            "scenario": "scale",
-            "machine": crate::report::Machine::describe(),
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
-            "descriptor_limit": limit,
-            "points": points,
-        }))?,
-    )?;
-    let svg = args.results.join("scale.svg");
-    write_svg(&svg, &medians)?;
+    let results = &args.common.output.results;
+    let body = serde_json::json!({ "descriptor_limit": limit, "points": points });
+    let json = runner::write_report(results, "scale", &body)?;
+    let svg = results.join("scale.svg");
+    chart(&medians).write_svg(&svg)?;
     println!("report: {} and {}", json.display(), svg.display());
     let last = medians.last().context("no point was measured")?;
     Ok(format!(
@@ -574,14 +593,9 @@ fn table(points: &[ScalePoint]) -> String {
     out
 }
 
-// Longer than the ~70 lines a function should be: one chart drawn top to
-// bottom (two panels, their axes and series); a flat list of drawing steps.
-/// Events/s (eventd and ceiling) and peak RSS against the number of rings,
-/// one line per StorageShards setting.
-fn write_svg(path: &Path, points: &[ScalePoint]) -> anyhow::Result<()> {
-    let root = SVGBackend::new(path, (960, 760)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let (top, bottom) = root.split_vertically(400);
+/// Events/s (eventd solid, the ceiling dashed) and eventd's peak RSS by
+/// ring count, a line per StorageShards setting.
+fn chart(points: &[ScalePoint]) -> Chart {
     let mut rings: Vec<u32> = points.iter().map(|p| p.rings).collect();
     rings.sort_unstable();
     rings.dedup();
@@ -589,99 +603,52 @@ fn write_svg(path: &Path, points: &[ScalePoint]) -> anyhow::Result<()> {
     settings.sort_unstable();
     settings.dedup();
     let x_of = |n: u32| rings.iter().position(|&r| r == n).unwrap_or(0) as f64;
-    let label_of = |x: &f64| -> String {
-        let i = x.round();
-        if (x - i).abs() < 1e-6 && i >= 0.0 {
-            rings
-                .get(i as usize)
-                .map_or(String::new(), |n| format!("{n} rings"))
-        } else {
-            String::new()
-        }
-    };
-    let xs = -0.3f64..(rings.len().max(1) as f64 - 0.7);
-    let rate_max = points
-        .iter()
-        .flat_map(|p| [p.events_per_s, p.ceiling_per_s])
-        .filter(|v| v.is_finite())
-        .fold(1.0f64, f64::max)
-        * 1.1;
     let colours = [BLUE, RED, GREEN, MAGENTA, CYAN, BLACK];
-    let mut chart = ChartBuilder::on(&top)
-        .caption(
-            "scale: events/s committed (solid) and ceiling (dashed)",
-            ("sans-serif", 20),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(xs.clone(), 0f64..rate_max)?;
-    chart
-        .configure_mesh()
-        .x_labels(rings.len().max(1))
-        .x_label_formatter(&label_of)
-        .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
-        .draw()?;
-    for (i, s) in settings.iter().enumerate() {
-        let colour = colours[i % colours.len()];
-        let of = |f: fn(&ScalePoint) -> f64| -> Vec<(f64, f64)> {
-            points
-                .iter()
-                .filter(|p| p.storage_shards == *s)
-                .map(|p| (x_of(p.rings), f(p)))
-                .collect()
-        };
-        let eventd = of(|p| p.events_per_s);
-        chart
-            .draw_series(LineSeries::new(eventd.clone(), colour.stroke_width(2)))?
-            .label(format!("eventd, StorageShards={s}"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
-            });
-        chart.draw_series(eventd.iter().map(|&p| Circle::new(p, 4, colour.filled())))?;
-        let ceiling = of(|p| p.ceiling_per_s);
-        chart.draw_series(DashedLineSeries::new(ceiling, 6, 4, colour.stroke_width(1)))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerLeft)
-        .draw()?;
-
-    let rss_max = points.iter().map(|p| p.rss_peak_mib).fold(1.0f64, f64::max) * 1.1;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("peak RSS of eventd (MiB)", ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(80)
-        .build_cartesian_2d(xs, 0f64..rss_max)?;
-    chart
-        .configure_mesh()
-        .x_labels(rings.len().max(1))
-        .x_label_formatter(&label_of)
-        .draw()?;
-    for (i, s) in settings.iter().enumerate() {
-        let colour = colours[i % colours.len()];
-        let rss: Vec<(f64, f64)> = points
+    let of = |s: i64, f: fn(&ScalePoint) -> f64| -> Vec<(f64, f64)> {
+        points
             .iter()
-            .filter(|p| p.storage_shards == *s)
-            .map(|p| (x_of(p.rings), p.rss_peak_mib))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(rss.clone(), colour.stroke_width(2)))?
-            .label(format!("StorageShards={s}"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
-            });
-        chart.draw_series(rss.iter().map(|&p| Circle::new(p, 4, colour.filled())))?;
+            .filter(|p| p.storage_shards == s)
+            .map(|p| (x_of(p.rings), f(p)))
+            .collect()
+    };
+    let (mut rates, mut rss) = (Vec::new(), Vec::new());
+    for (i, &s) in settings.iter().enumerate() {
+        let colour = colours[i % colours.len()];
+        rates.push(Series {
+            label: Some(format!("eventd, StorageShards={s}")),
+            colour,
+            dashed: false,
+            points: of(s, |p| p.events_per_s),
+        });
+        rates.push(Series {
+            label: None,
+            colour,
+            dashed: true,
+            points: of(s, |p| p.ceiling_per_s),
+        });
+        rss.push(Series {
+            label: Some(format!("StorageShards={s}")),
+            colour,
+            dashed: false,
+            points: of(s, |p| p.rss_peak_mib),
+        });
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
-    Ok(())
+    Chart {
+        size: (960, 760),
+        split: 400,
+        x_range: -0.3f64..(rings.len().max(1) as f64 - 0.7),
+        x_labels: rings.iter().map(|n| format!("{n} rings")).collect(),
+        top: Panel {
+            caption: "scale: events/s committed (solid) and ceiling (dashed)".to_string(),
+            series: rates,
+            thousands: true,
+            legend: Some(Legend::LowerLeft),
+        },
+        bottom: Panel {
+            caption: "peak RSS of eventd (MiB)".to_string(),
+            series: rss,
+            thousands: false,
+            legend: Some(Legend::UpperLeft),
+        },
+    }
 }

@@ -1,29 +1,93 @@
 //! The scenarios' bodies: the sweep scenarios (their points, the rounds,
-//! the report), and the pragmas, query and syslog measurements. `main.rs`
-//! parses the arguments and picks one.
+//! the report), and the pragmas, query and syslog measurements, each with
+//! its options. `main.rs` parses the subcommand and picks one.
 
+use crate::cli::{Binary, Common, EventBytes, Output, System};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome};
-use crate::{ceiling, querybench, report, syslogbench, Args, Scenario};
+use crate::{ceiling, querybench, report, runner, syslogbench};
 use anyhow::Context;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Runs one scenario's points; prints the table; writes JSON and SVG;
+/// The options of the sweep scenarios (quick, baseline, shards, batch,
+/// stripe, channel, all).
+#[derive(clap::Args)]
+pub(crate) struct SweepArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    system: System,
+    /// Seconds of load per point (default: quick 3, baseline 30, sweeps 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    #[command(flatten)]
+    bytes: EventBytes,
+    /// A fixed total rate in events/s instead of flat out.
+    #[arg(long)]
+    rate: Option<u64>,
+}
+
+/// A sweep scenario: its points are a list of knobs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sweep {
+    Quick,
+    Baseline,
+    Shards,
+    Batch,
+    Stripe,
+    Channel,
+}
+
+impl Sweep {
+    fn name(self) -> &'static str {
+        match self {
+            Sweep::Quick => "quick",
+            Sweep::Baseline => "baseline",
+            Sweep::Shards => "shards",
+            Sweep::Batch => "batch",
+            Sweep::Stripe => "stripe",
+            Sweep::Channel => "channel",
+        }
+    }
+
+    /// Seconds of load per point without `--duration`.
+    fn default_secs(self) -> f64 {
+        match self {
+            Sweep::Quick => 3.0,
+            Sweep::Baseline => 30.0,
+            _ => 10.0,
+        }
+    }
+}
+
+/// Baseline and every sweep, then the pragmas; returns the last sweep's
+/// summary line.
+pub(crate) fn run_all(args: &SweepArgs) -> anyhow::Result<String> {
+    let mut last = String::new();
+    for sweep in [
+        Sweep::Baseline,
+        Sweep::Shards,
+        Sweep::Batch,
+        Sweep::Stripe,
+        Sweep::Channel,
+    ] {
+        last = run_sweep(sweep, args)?;
+    }
+    run_pragmas(&PragmasArgs {
+        output: args.common.output.clone(),
+        bytes: args.bytes.clone(),
+    })?;
+    Ok(last)
+}
+
+/// Runs one sweep's points; prints the table; writes JSON and SVG;
 /// returns the machine-readable summary line.
-pub(crate) fn run_scenario(
-    scenario: Scenario,
-    args: &Args,
-    setup: &pipeline::Setup,
-    sizes: Sizes,
-    work: &Path,
-) -> anyhow::Result<String> {
-    let default_secs = match scenario {
-        Scenario::Quick => 3.0,
-        Scenario::Baseline => 30.0,
-        _ => 10.0,
-    };
-    let duration = Duration::from_secs_f64(args.duration.unwrap_or(default_secs));
+pub(crate) fn run_sweep(scenario: Sweep, args: &SweepArgs) -> anyhow::Result<String> {
+    let work = args.common.output.work()?;
+    let setup = &args.system.setup()?;
+    let sizes = args.bytes.sizes()?;
+    let duration = Duration::from_secs_f64(args.duration.unwrap_or(scenario.default_secs()));
     let mode = args.rate.map_or(Mode::FlatOut, Mode::Rate);
     let d = Knobs::defaults();
     let points = points_of(scenario);
@@ -39,13 +103,14 @@ pub(crate) fn run_scenario(
             with_ceiling,
             export: None,
         };
-        pipeline::run(work, setup, &point, &progress)
+        pipeline::run(&work, setup, &point, &progress)
     };
-    let (mut outcomes, all_runs) = run_rounds(&points, args.repeat, &progress, |label, knobs| {
-        run(label, knobs, mode, true)
-    })?;
+    let (mut outcomes, all_runs) =
+        run_rounds(&points, args.common.repeat, &progress, |label, knobs| {
+            run(label, knobs, mode, true)
+        })?;
     let mut extra_line = None;
-    if scenario == Scenario::Baseline && mode == Mode::FlatOut {
+    if scenario == Sweep::Baseline && mode == Mode::FlatOut {
         // Latency at half the flat-out rate.
         let half = ((outcomes[0].events_per_s / 2.0) as u64).max(1);
         let o = run("half-rate", d, Mode::Rate(half), false)?;
@@ -72,7 +137,14 @@ pub(crate) fn run_scenario(
         })
         .context("no point was measured")?;
     write_report(
-        scenario, args, sizes, duration, mode, &outcomes, &all_runs, headline,
+        scenario,
+        &args.common.output.results,
+        sizes,
+        duration,
+        mode,
+        &outcomes,
+        &all_runs,
+        headline,
     )?;
     if let Some(line) = extra_line {
         println!("{line}");
@@ -81,12 +153,12 @@ pub(crate) fn run_scenario(
 }
 
 /// The labelled knobs a sweep scenario measures.
-fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
+fn points_of(scenario: Sweep) -> Vec<(String, Knobs)> {
     let cpus = eventd::rings::online_cpus().len() as i64;
     let d = Knobs::defaults();
     match scenario {
-        Scenario::Quick | Scenario::Baseline => vec![("defaults".into(), d)],
-        Scenario::Shards => {
+        Sweep::Quick | Sweep::Baseline => vec![("defaults".into(), d)],
+        Sweep::Shards => {
             let mut counts = vec![1, cpus, 2 * cpus, 16, 256];
             counts.sort_unstable();
             counts.dedup();
@@ -103,11 +175,11 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
                 })
                 .collect()
         }
-        Scenario::Batch => [64, 256, 1024, 4096, 16384]
+        Sweep::Batch => [64, 256, 1024, 4096, 16384]
             .into_iter()
             .map(|b| (format!("batch={b}"), Knobs { max_batch: b, ..d }))
             .collect(),
-        Scenario::Stripe => [1, 16, 64, 256, 1024, 4096]
+        Sweep::Stripe => [1, 16, 64, 256, 1024, 4096]
             .into_iter()
             .map(|l| {
                 (
@@ -120,7 +192,7 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
                 )
             })
             .collect(),
-        Scenario::Channel => [
+        Sweep::Channel => [
             (0, 0),
             (64, 64 << 10),
             (256, 256 << 10),
@@ -146,18 +218,6 @@ fn points_of(scenario: Scenario) -> Vec<(String, Knobs)> {
             )
         })
         .collect(),
-        Scenario::All
-        | Scenario::Pragmas
-        | Scenario::Query
-        | Scenario::Syslog
-        | Scenario::Clients
-        | Scenario::Scale
-        | Scenario::Fields
-        | Scenario::HostSources
-        | Scenario::Limits
-        | Scenario::Export => {
-            unreachable!("handled by main")
-        }
     }
 }
 
@@ -171,30 +231,21 @@ fn run_rounds(
     progress: &indicatif::ProgressBar,
     mut run: impl FnMut(&str, Knobs) -> anyhow::Result<Outcome>,
 ) -> anyhow::Result<(Vec<Outcome>, Vec<Outcome>)> {
-    let mut runs: Vec<Vec<Outcome>> = vec![Vec::new(); points.len()];
-    for round in 0..repeat.max(1) {
-        for (i, (label, knobs)) in points.iter().enumerate() {
-            let o = run(label, *knobs)?;
-            progress.suspend(|| eprintln!(
-                "{label} (round {}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, p99 {} µs",
-                round + 1,
-                o.events_per_s,
-                o.ceiling_per_s,
-                o.ratio_to_ceiling,
-                o.lost,
-                o.latency_us_p99
-            ));
-            runs[i].push(o);
-        }
-    }
+    let runs = runner::rounds(points, repeat, |round, (label, knobs)| {
+        let o = run(label, *knobs)?;
+        progress.suspend(|| {
+            eprintln!(
+                "{label} (round {round}): {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}, \
+                 p99 {} µs",
+                o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost, o.latency_us_p99
+            )
+        });
+        Ok(o)
+    })?;
     let all_runs: Vec<Outcome> = runs.iter().flatten().cloned().collect();
     let medians = runs
         .into_iter()
-        .map(|mut r| {
-            r.sort_by(|a, b| a.ratio_to_ceiling.total_cmp(&b.ratio_to_ceiling));
-            let mid = r.len() / 2;
-            r.swap_remove(mid)
-        })
+        .filter_map(|r| runner::median_by(r, |o| o.ratio_to_ceiling))
         .collect();
     Ok((medians, all_runs))
 }
@@ -202,8 +253,8 @@ fn run_rounds(
 /// Prints the scenario's table and writes its JSON report and SVG chart.
 #[allow(clippy::too_many_arguments)]
 fn write_report(
-    scenario: Scenario,
-    args: &Args,
+    scenario: Sweep,
+    results: &Path,
     sizes: Sizes,
     duration: Duration,
     mode: Mode,
@@ -212,7 +263,7 @@ fn write_report(
     headline: &Outcome,
 ) -> anyhow::Result<()> {
     let name = scenario.name();
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## {name} ({} CPUs, {}; load {:.0} s per point, message {}-{} bytes, {})\n",
         machine.cpus,
@@ -226,20 +277,25 @@ fn write_report(
         }
     );
     print!("{}", report::table(outcomes));
-    let json = args.results.join(format!("{name}.json"));
-    let report = report::Report {
-        scenario: name,
-        machine,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+    let body = report::Report {
         points: outcomes,
         runs: all_runs,
         headline,
     };
-    report::write_json(&json, &report)?;
-    let svg = args.results.join(format!("{name}.svg"));
-    report::write_svg(&svg, name, outcomes)?;
+    let json = runner::write_report(results, name, &body)?;
+    let svg = results.join(format!("{name}.svg"));
+    report::chart(name, outcomes).write_svg(&svg)?;
     println!("\nreport: {}  chart: {}", json.display(), svg.display());
     Ok(())
+}
+
+/// The pragmas scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct PragmasArgs {
+    #[command(flatten)]
+    output: Output,
+    #[command(flatten)]
+    bytes: EventBytes,
 }
 
 // Longer than the ~70 lines a function should be: a table of variants, then
@@ -247,7 +303,9 @@ fn write_report(
 /// The SQLite settings eventd ships with, against alternatives, measured as
 /// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
 /// transaction, best of three runs each).
-pub(crate) fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Result<()> {
+pub(crate) fn run_pragmas(args: &PragmasArgs) -> anyhow::Result<()> {
+    let work = &args.output.work()?;
+    let sizes = args.bytes.sizes()?;
     // A new database's page size changes through a VACUUM outside WAL
     // mode; each variant keeps the shipped ~4 MB of WAL between checkpoints.
     let variants: [(&str, &[&str]); 9] = [
@@ -320,16 +378,42 @@ pub(crate) fn run_pragmas(args: &Args, sizes: Sizes, work: &Path) -> anyhow::Res
     }
     println!("\n## pragmas ({shards} databases, {rows} rows, 4096 per transaction)\n");
     print!("{table}");
-    let json = args.results.join("pragmas.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&results)?)?;
+    let json = runner::write_json(&args.output.results, "pragmas", &results)?;
     println!("\nreport: {}", json.display());
     Ok(())
 }
 
-pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyhow::Result<String> {
+/// The syslog scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct SyslogArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    binary: Binary,
+    /// Messages each peer gets.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// The peers, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "eventd,floor,rsyslog,journald,syslog-ng"
+    )]
+    peers: Vec<syslogbench::Peer>,
+    /// eventd's configuration file (default: the embedded defaults with
+    /// rate limits off, as the peers run).
+    #[arg(long)]
+    eventd_config: Option<PathBuf>,
+}
+
+pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
+    let work = &args.common.output.work()?;
+    let eventd = &args.binary.path()?;
+    let repeat = args.common.repeat;
     let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
-    for round in 0..args.repeat.max(1) {
-        if args.repeat > 1 {
+    for round in 0..repeat.max(1) {
+        if repeat > 1 {
             eprintln!("round {}", round + 1);
         }
         all.push(syslogbench::run(
@@ -340,7 +424,7 @@ pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyho
             args.eventd_config.as_deref(),
         )?);
     }
-    let machine = report::Machine::describe();
+    let machine = runner::Machine::describe();
     println!(
         "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
         args.messages, machine.cpus
@@ -368,8 +452,7 @@ pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyho
             );
         }
     }
-    let json = args.results.join("syslog.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&all)?)?;
+    let json = runner::write_json(&args.common.output.results, "syslog", &all)?;
     println!("\nreport: {}", json.display());
     // The last round's ratio of eventd to the fastest peer.
     let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
@@ -392,8 +475,20 @@ pub(crate) fn run_syslog_bench(args: &Args, eventd: &Path, work: &Path) -> anyho
     ))
 }
 
-pub(crate) fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String> {
-    let points = querybench::run(work, args.query_events, args.repeat.max(5))?;
+/// The query scenario's options.
+#[derive(clap::Args)]
+pub(crate) struct QueryArgs {
+    // (The query scenario runs at least 5 rounds.)
+    #[command(flatten)]
+    common: Common,
+    /// Events stored (in each layout).
+    #[arg(long, default_value_t = 10_000_000)]
+    query_events: u64,
+}
+
+pub(crate) fn run_query_bench(args: &QueryArgs) -> anyhow::Result<String> {
+    let work = &args.common.output.work()?;
+    let points = querybench::run(work, args.query_events, args.common.repeat.max(5))?;
     println!(
         "\n## query ({} events; time range over the middle fifth, 100 results)\n",
         args.query_events
@@ -429,8 +524,7 @@ pub(crate) fn run_query_bench(args: &Args, work: &Path) -> anyhow::Result<String
             p.cold_hundred_results_us
         );
     }
-    let json = args.results.join("query.json");
-    std::fs::write(&json, serde_json::to_string_pretty(&points)?)?;
+    let json = runner::write_json(&args.common.output.results, "query", &points)?;
     println!("\nreport: {}", json.display());
     Ok(format!(
         "query_16_shards_vs_one={worst_16:.1} query_256_shards_vs_one={worst_256:.1}"

@@ -6,8 +6,7 @@
 //! is missing, unless `EVENTD_REQUIRE_CLICKHOUSE=1` (scripts/test-all sets
 //! it).
 
-#[path = "../../tests/common/cluster.rs"]
-mod cluster;
+use eventd_cluster as cluster;
 
 use std::process::Command;
 
@@ -26,7 +25,9 @@ fn export_scenario_lands_every_row() {
     // each process.
     let cpus = allowed_cpus();
     let split = (cpus.len() >= 2).then(|| cpus[0]);
+    // The scenario first, then its options (a subcommand's own).
     let out = Command::new(env!("CARGO_BIN_EXE_eventd-perf"))
+        .arg("export")
         .args(
             split
                 .map(|c| ["--cluster-cpus".to_string(), c.to_string()])
@@ -34,7 +35,6 @@ fn export_scenario_lands_every_row() {
                 .flatten(),
         )
         .args([
-            "export",
             "--rows",
             "30000",
             "--batch-rows",

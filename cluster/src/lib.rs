@@ -1,4 +1,5 @@
-//! A private ZooKeeper and a `shards × replicas` ClickHouse cluster for tests.
+//! A private ZooKeeper and a `shards × replicas` ClickHouse cluster, for
+//! eventd's tests and its perf harness alike (`eventd-cluster`).
 //!
 //! Everything runs under one temporary directory on loopback ports picked at
 //! start: nothing touches a system-wide service. Written against Debian 12's
@@ -22,7 +23,6 @@
 //! not leave servers behind. Start, restart and drop a `Cluster` in one
 //! thread (a `#[test]` function does), or set `Options::die_with_parent` to
 //! false.
-#![allow(dead_code)] // each test crate uses a different part
 
 use std::fmt;
 use std::io::{self, Read, Write};
