@@ -7,7 +7,7 @@
 //! the gap rows by reason, and each CPU ring's sequence numbers checked to
 //! be all there (an event or inside a gap).
 
-use crate::limitsbench::{sum, Daemon};
+use crate::limitsdaemon::{sum, Daemon};
 use crate::load;
 use anyhow::{ensure, Context};
 use eventd::rings::client::{Dropped, Producer};

@@ -22,6 +22,7 @@ mod exportbench;
 mod fieldsbench;
 mod hostbench;
 mod limitsbench;
+mod limitsdaemon;
 mod limitsflood;
 mod load;
 mod pipeline;
