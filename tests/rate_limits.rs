@@ -142,12 +142,14 @@ fn the_drains_limits_count_a_flood_exactly() {
             ),
         )
     };
-    // Every window has ended: the stats count a window's suppression when
-    // it ends (under load the run can outlast one window, and the next is
-    // still open when the first report is stored).
+    // Every window has ended and been reported, and every suppressed
+    // event is in a stored gap (under load the run can outlast one window,
+    // and the next is still open when the first report is stored).
     wait_until_long("every window's end", || {
         let stats = eventctl_json(&data, "stats");
-        stats["stats"]["rate_limits"]["suppressed"].as_u64() == Some(gaps("suppressed"))
+        let limits = &stats["stats"]["rate_limits"];
+        limits["reported"] == limits["suppressed"]
+            && limits["suppressed"].as_u64() == Some(gaps("suppressed"))
     });
     let accounted = sequences_accounted(&data, "cpu < 1048576");
     for (cpu, epoch, top, held) in &accounted {

@@ -59,6 +59,11 @@ fn rate_limits(e: &mut Exposition, state: &DaemonState) {
             &s.reports,
         ),
         (
+            "eventd_rate_limit_reported_total",
+            "Suppressed events counted in the reports written so far.",
+            &s.reported,
+        ),
+        (
             "eventd_rate_limit_refused_at_source_total",
             "Events producers' own budgets refused before writing them, as their reports say.",
             &s.refused_at_source,

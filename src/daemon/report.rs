@@ -64,8 +64,12 @@ fn rate_limit_stats(s: &crate::drain::Suppression) -> Value {
         .into_iter()
         .map(|(source, suppressed)| json!({ "source": source, "suppressed": suppressed }))
         .collect();
+    // Acquire, and first: the reports it counts are in `reports` (see
+    // `Limiter::written`).
+    let reported = s.reported.load(Ordering::Acquire);
     json!({
         "suppressed": s.suppressed.load(Ordering::Relaxed),
+        "reported": reported,
         "evictions": s.evictions.load(Ordering::Relaxed),
         "reports": s.reports.load(Ordering::Relaxed),
         "refused_at_source": s.refused_at_source.load(Ordering::Relaxed),

@@ -52,6 +52,9 @@ pub struct Suppression {
     pub evictions: AtomicU64,
     /// Reports written into the rings.
     pub reports: AtomicU64,
+    /// Events those reports count (`suppressed` less this is what windows
+    /// still open, or reports not written yet, hold).
+    pub reported: AtomicU64,
     /// Events producers' own budgets refused, as their reports say.
     pub refused_at_source: AtomicU64,
     /// The sources suppressed most, by their label, with their totals.
@@ -338,6 +341,18 @@ impl Limiter {
 
     pub fn board(&self) -> &Suppression {
         &self.board
+    }
+
+    /// Counts `report` as written into a ring.
+    pub fn written(&self, report: &Report) {
+        // Relaxed: a statistic.
+        self.board.reports.fetch_add(1, Ordering::Relaxed);
+        // Release: whoever sees this count (Acquire) sees the report
+        // counted above too, so `reported == suppressed` means every
+        // report is in `reports`.
+        self.board
+            .reported
+            .fetch_add(report.suppressed, Ordering::Release);
     }
 }
 

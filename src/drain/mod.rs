@@ -367,7 +367,7 @@ impl Outbound {
             };
             match ring.emit(&event) {
                 // Relaxed: a statistic.
-                Ok(()) => drop(self.limiter.board().reports.fetch_add(1, Ordering::Relaxed)),
+                Ok(()) => self.limiter.written(&report),
                 Err(_) => self.limiter.retry(report),
             }
         }
