@@ -6,7 +6,7 @@
 
 use super::format::{Geometry, PAGE_SIZE_DEFAULT, RING_BYTES_DEFAULT};
 use super::orphan::OrphanReport;
-use super::{EmitError, Event, FileState, Ring, RingError};
+use super::{EmitError, Event, FileState, Ring, RingError, TypedFields};
 use crate::access::files::Found;
 use crate::access::Mode;
 use std::cell::{Cell, RefCell};
@@ -408,14 +408,34 @@ impl Emitter {
     /// Emits `event` into the current CPU's ring; returns that CPU's id.
     /// A ring found gone is opened again once and the event retried.
     pub fn emit(&self, event: &Event<'_>) -> Result<u32, EmitRingError> {
+        self.emit_with(event.ts_ns, |ring| ring.emit(event))
+    }
+
+    /// [`Emitter::emit`] with typed fields ([`Ring::emit_typed`]).
+    pub fn emit_typed<F: TypedFields + ?Sized>(
+        &self,
+        event: &Event<'_>,
+        fields: &F,
+    ) -> Result<u32, EmitRingError> {
+        self.emit_with(event.ts_ns, |ring| ring.emit_typed(event, fields))
+    }
+
+    /// Runs `write` on the current CPU's ring (again once on a ring found
+    /// gone and opened anew).
+    #[inline]
+    fn emit_with(
+        &self,
+        ts_ns: i64,
+        write: impl Fn(&Ring) -> Result<(), EmitError>,
+    ) -> Result<u32, EmitRingError> {
         // SAFETY: sched_getcpu has no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         let cpu = u32::try_from(cpu).unwrap_or(0);
-        let (generation, result) = self.on_ring(cpu, event.ts_ns, |ring| ring.emit(event))?;
+        let (generation, result) = self.on_ring(cpu, ts_ns, &write)?;
         match result {
             Err(EmitError::Gone) => {
                 self.reopen(cpu, generation)?;
-                self.on_ring(cpu, event.ts_ns, |ring| ring.emit(event))?.1?;
+                self.on_ring(cpu, ts_ns, &write)?.1?;
             }
             other => other?,
         }

@@ -2,6 +2,7 @@
 //! and its encoding in a ring record.
 
 use super::format::*;
+use super::typed::{self, FLAGS_KNOWN, FLAG_TYPED_FIELDS};
 use std::fmt;
 use std::str::FromStr;
 
@@ -118,13 +119,23 @@ impl Event<'_> {
 
     /// The record's length in words, header included, if it fits `geometry`.
     pub fn record_words(&self, geometry: Geometry) -> Result<u32, EncodeError> {
+        self.record_words_with(self.fields.len(), geometry)
+    }
+
+    /// The record's length in words with `fields_len` bytes of fields (the
+    /// text of `self.fields`, or typed entries in its place).
+    pub fn record_words_with(
+        &self,
+        fields_len: usize,
+        geometry: Geometry,
+    ) -> Result<u32, EncodeError> {
         if self.provider.len() > 255 {
             return Err(EncodeError::ProviderTooLong(self.provider.len()));
         }
         if self.name.len() > 255 {
             return Err(EncodeError::NameTooLong(self.name.len()));
         }
-        let len = self.payload_len();
+        let len = self.payload_len() - self.fields.len() + fields_len;
         let max = geometry.payload_bytes_max();
         if len > max {
             return Err(EncodeError::TooLarge { len, max });
@@ -134,14 +145,26 @@ impl Event<'_> {
 
     /// The header words after the checksum (R_TS..R_LENGTHS).
     pub(super) fn header_words(&self) -> [u64; RECORD_HEADER_WORDS - R_TS] {
+        self.header_words_with(self.fields.len(), 0)
+    }
+
+    /// The header words with `fields_len` bytes of fields and `flags` in
+    /// the high byte of word 4 (see [`super::typed::FLAG_TYPED_FIELDS`]).
+    #[inline(always)]
+    pub(super) fn header_words_with(
+        &self,
+        fields_len: usize,
+        flags: u8,
+    ) -> [u64; RECORD_HEADER_WORDS - R_TS] {
         [
             self.ts_ns as u64,
             u64::from(self.pid) | (u64::from(self.tid) << 32),
             u64::from(self.uid)
                 | (u64::from(self.level as u8) << 32)
                 | ((self.provider.len() as u64) << 40)
-                | ((self.name.len() as u64) << 48),
-            self.message.len() as u64 | ((self.fields.len() as u64) << 32),
+                | ((self.name.len() as u64) << 48)
+                | (u64::from(flags) << 56),
+            self.message.len() as u64 | ((fields_len as u64) << 32),
         ]
     }
 
@@ -187,6 +210,10 @@ pub enum RecordFault {
     Level(u8),
     Lengths,
     Utf8,
+    /// A flag this version does not know.
+    Flags(u8),
+    /// Typed fields that do not parse.
+    Fields,
 }
 
 impl fmt::Display for RecordFault {
@@ -196,6 +223,8 @@ impl fmt::Display for RecordFault {
             RecordFault::Level(l) => write!(f, "level {l} is not 0-7"),
             RecordFault::Lengths => f.write_str("field lengths do not match the record length"),
             RecordFault::Utf8 => f.write_str("a text field is not UTF-8"),
+            RecordFault::Flags(flags) => write!(f, "unknown record flags {flags:#04x}"),
+            RecordFault::Fields => f.write_str("the typed fields do not parse"),
         }
     }
 }
@@ -212,6 +241,8 @@ pub struct RecordLayout {
     name_len: usize,
     message_len: usize,
     fields_len: usize,
+    /// The fields are typed entries ([`super::typed`]), not JSON text.
+    typed: bool,
 }
 
 /// Validates a record copied out of the ring: `words` is the whole record
@@ -228,6 +259,10 @@ pub fn validate(words: &[u64]) -> Result<RecordLayout, RecordFault> {
     let uid_level = words[R_UID_LEVEL];
     let level_raw = (uid_level >> 32) as u8;
     let level = Level::from_u8(level_raw).ok_or(RecordFault::Level(level_raw))?;
+    let flags = (uid_level >> 56) as u8;
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(RecordFault::Flags(flags));
+    }
     let layout = RecordLayout {
         ts_ns: words[R_TS] as i64,
         pid: words[R_PID_TID] as u32,
@@ -238,6 +273,7 @@ pub fn validate(words: &[u64]) -> Result<RecordLayout, RecordFault> {
         name_len: ((uid_level >> 48) & 0xFF) as usize,
         message_len: (words[R_LENGTHS] & 0xFFFF_FFFF) as usize,
         fields_len: (words[R_LENGTHS] >> 32) as usize,
+        typed: flags & FLAG_TYPED_FIELDS != 0,
     };
     let payload = as_bytes(&words[RECORD_HEADER_WORDS..]);
     let total = layout.provider_len + layout.name_len + layout.message_len + layout.fields_len;
@@ -245,7 +281,17 @@ pub fn validate(words: &[u64]) -> Result<RecordLayout, RecordFault> {
     if total > payload.len() || payload.len() - total >= 8 {
         return Err(RecordFault::Lengths);
     }
-    if std::str::from_utf8(&payload[..total]).is_err() {
+    // Typed fields are binary: the text is what comes before them, and the
+    // entries are checked on their own.
+    let text_len = if layout.typed {
+        total - layout.fields_len
+    } else {
+        total
+    };
+    if layout.typed && typed::validate(&payload[text_len..total]).is_err() {
+        return Err(RecordFault::Fields);
+    }
+    if std::str::from_utf8(&payload[..text_len]).is_err() {
         // Each field must be UTF-8 on its own too; checked per field below
         // only when the whole is, which keeps the common case one pass.
         return Err(RecordFault::Utf8);
@@ -253,7 +299,7 @@ pub fn validate(words: &[u64]) -> Result<RecordLayout, RecordFault> {
     let mut at = 0;
     for len in [layout.provider_len, layout.name_len, layout.message_len] {
         at += len;
-        if !payload_is_char_boundary(&payload[..total], at) {
+        if !payload_is_char_boundary(&payload[..text_len], at) {
             return Err(RecordFault::Utf8);
         }
     }
@@ -266,10 +312,38 @@ fn payload_is_char_boundary(text: &[u8], at: usize) -> bool {
 }
 
 impl RecordLayout {
+    /// Whether the record's fields are typed entries: [`RecordLayout::view`]
+    /// then leaves `fields` empty, and [`RecordLayout::typed_fields`] has
+    /// them (the reader gives them as JSON).
+    pub fn typed(&self) -> bool {
+        self.typed
+    }
+
+    /// The typed entries of the record in `words` (empty for a JSON one).
+    pub fn typed_fields<'a>(&self, words: &'a [u64]) -> &'a [u8] {
+        if !self.typed {
+            return &[];
+        }
+        let payload = as_bytes(&words[RECORD_HEADER_WORDS..]);
+        let start = self.provider_len + self.name_len + self.message_len;
+        payload.get(start..start + self.fields_len).unwrap_or(&[])
+    }
+
+    /// The event inside `words`, which must be the words `validate` accepted;
+    /// a typed record's `fields` are `typed_json` (the reader's decoding).
+    pub fn view_with<'a>(&self, words: &'a [u64], typed_json: &'a str) -> Event<'a> {
+        let mut event = self.view(words);
+        if self.typed {
+            event.fields = typed_json;
+        }
+        event
+    }
+
     /// The event inside `words`, which must be the words `validate` accepted.
     pub fn view<'a>(&self, words: &'a [u64]) -> Event<'a> {
         let payload = as_bytes(&words[RECORD_HEADER_WORDS..]);
-        let total = self.provider_len + self.name_len + self.message_len + self.fields_len;
+        let fields_text = if self.typed { 0 } else { self.fields_len };
+        let total = self.provider_len + self.name_len + self.message_len + fields_text;
         let text = &payload[..total];
         // `validate` checked the whole text is UTF-8 and every field boundary
         // is a character boundary, so each part is UTF-8; the fallback is
@@ -291,7 +365,7 @@ impl RecordLayout {
             provider: take(self.provider_len),
             name: take(self.name_len),
             message: take(self.message_len),
-            fields: take(self.fields_len),
+            fields: take(fields_text),
         }
     }
 }

@@ -41,8 +41,42 @@
 
 use super::event::{EncodeError, Event};
 use super::format::*;
+use super::typed::{stage, TypedFields, FLAG_TYPED_FIELDS, STAGE_WORDS};
 use super::Ring;
 use crate::sync::{fence, Ordering};
+use std::mem::MaybeUninit;
+
+/// The words of a record being written, from R_TS on: each goes into the
+/// ring as it comes and into the checksum.
+struct Body<'a> {
+    ring: &'a Ring,
+    /// The record's first word in the ring.
+    base: usize,
+    /// The record's next word (R_TS ≤ next ≤ end).
+    next: usize,
+    /// The record's length in words.
+    end: usize,
+    check: Checksum,
+}
+
+impl Body<'_> {
+    #[inline(always)]
+    fn put(&mut self, w: u64) {
+        // A body never writes past its reservation: a word beyond it would
+        // land in another record.
+        if self.next >= self.end {
+            debug_assert!(false, "record body longer than reserved");
+            return;
+        }
+        // Relaxed: published by the Release CAS to COMMITTED.
+        self.ring
+            .mem
+            .word(self.base + self.next)
+            .store(w, Ordering::Relaxed);
+        self.check.add(w);
+        self.next += 1;
+    }
+}
 
 /// Reservation attempts before a producer gives up on a contended or
 /// corrupted ring.
@@ -84,6 +118,57 @@ impl Ring {
     /// Writes one event into this ring. Never blocks.
     pub fn emit(&self, event: &Event<'_>) -> Result<(), EmitError> {
         let words = event.record_words(self.geometry)?;
+        self.emit_record(words, |body| {
+            for w in event.header_words() {
+                body.put(w);
+            }
+            event.for_each_payload_word(|w| body.put(w));
+        })
+    }
+
+    /// Writes one event with typed `fields` (see [`super::typed`]) in
+    /// place of `event.fields`, which is not written. The fast path: the
+    /// payload is staged in a buffer on the stack (the heap only for one
+    /// larger than [`STAGE_WORDS`] words), with no allocation and no
+    /// formatting.
+    pub fn emit_typed<F: TypedFields + ?Sized>(
+        &self,
+        event: &Event<'_>,
+        fields: &F,
+    ) -> Result<(), EmitError> {
+        let fields_len = fields.encoded_len();
+        let words = event.record_words_with(fields_len, self.geometry)?;
+        let header = event.header_words_with(fields_len, FLAG_TYPED_FIELDS);
+        let payload_words = words as usize - RECORD_HEADER_WORDS;
+        let write = |payload: &[u64]| {
+            self.emit_record(words, |body| {
+                for w in header {
+                    body.put(w);
+                }
+                for &w in payload {
+                    body.put(w);
+                }
+            })
+        };
+        if payload_words <= STAGE_WORDS {
+            // Left uninitialised: `stage` writes every word it returns.
+            let mut stack = [MaybeUninit::<u64>::uninit(); STAGE_WORDS];
+            write(stage(
+                event,
+                fields,
+                fields_len,
+                &mut stack[..payload_words],
+            )?)
+        } else {
+            let mut heap = vec![MaybeUninit::<u64>::uninit(); payload_words];
+            write(stage(event, fields, fields_len, &mut heap)?)
+        }
+    }
+
+    /// Reserves `words` words, stamps them, has `body` write every word
+    /// from R_TS on (exactly `words - R_TS` of them) and commits.
+    #[inline(always)]
+    fn emit_record(&self, words: u32, body: impl FnOnce(&mut Body<'_>)) -> Result<(), EmitError> {
         if self.mem.faulted() {
             return Err(EmitError::Gone);
         }
@@ -108,19 +193,16 @@ impl Ring {
         };
         let base = self.geometry.data_index(r.ticket, r.offset);
         let word = |i: usize| self.mem.word(base + i);
-        let mut check = Checksum::new(state);
-        for (i, w) in event.header_words().into_iter().enumerate() {
-            word(R_TS + i).store(w, Ordering::Relaxed);
-            check.add(w);
-        }
-        let mut i = RECORD_HEADER_WORDS;
-        event.for_each_payload_word(|w| {
-            word(i).store(w, Ordering::Relaxed);
-            check.add(w);
-            i += 1;
-        });
-        debug_assert_eq!(i, words as usize);
-        word(R_CHECKSUM).store(check.finish(), Ordering::Relaxed);
+        let mut b = Body {
+            ring: self,
+            base,
+            next: R_TS,
+            end: words as usize,
+            check: Checksum::new(state),
+        };
+        body(&mut b);
+        debug_assert_eq!(b.next, words as usize);
+        word(R_CHECKSUM).store(b.check.finish(), Ordering::Relaxed);
         let committed = RecordState {
             state: STATE_COMMITTED,
             ..RecordState::unpack(state)

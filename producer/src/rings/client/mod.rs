@@ -13,11 +13,10 @@
 //! as gaps); nothing here needs the daemon to run.
 
 pub mod budget;
-mod fields;
 
-pub use fields::Fields;
+pub use super::json::Fields;
 
-use super::{EmitError, Emitter, Event, Level, RingError};
+use super::{EmitError, Emitter, Event, Field, Level, RingError, TypedFields};
 use crate::rings::attach::EmitRingError;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -156,6 +155,44 @@ impl Producer {
         message: &str,
         fields: &str,
     ) -> Result<(), Dropped> {
+        self.emit_via(level, name, message, fields, |e, event| e.emit(event))
+    }
+
+    /// Writes one event with typed fields (see [`crate::rings::typed`]):
+    /// the fast path, no formatting; eventd stores them as the JSON object
+    /// [`Producer::emit`] would have written.
+    pub fn emit_typed<F: TypedFields + ?Sized>(
+        &self,
+        level: Level,
+        name: &str,
+        message: &str,
+        fields: &F,
+    ) -> Result<(), Dropped> {
+        self.emit_via(level, name, message, "", |e, event| {
+            e.emit_typed(event, fields)
+        })
+    }
+
+    /// [`Producer::emit_typed`] with the fields as a slice of [`Field`]s.
+    pub fn emit_items(
+        &self,
+        level: Level,
+        name: &str,
+        message: &str,
+        fields: &[Field<'_>],
+    ) -> Result<(), Dropped> {
+        self.emit_typed(level, name, message, fields)
+    }
+
+    #[inline]
+    fn emit_via(
+        &self,
+        level: Level,
+        name: &str,
+        message: &str,
+        fields: &str,
+        write: impl FnOnce(&Emitter, &Event<'_>) -> Result<u32, EmitRingError>,
+    ) -> Result<(), Dropped> {
         if !self.within_budget(level) {
             return Err(Dropped::Limited);
         }
@@ -175,7 +212,7 @@ impl Producer {
                     message,
                     fields,
                 };
-                emitter.emit(&event).map(drop).map_err(classify)
+                write(emitter, &event).map(drop).map_err(classify)
             }
             None => Err(Dropped::NoRings),
         };

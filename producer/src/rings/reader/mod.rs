@@ -28,7 +28,8 @@
 //!   checksum, and loses just the dead one; with no such record, the rest of
 //!   the page is skipped once the page is sealed (its successor's first
 //!   sequence gives the count).
-//! - **Corrupt**: a record whose header or checksum is wrong.
+//! - **Corrupt**: a record whose header or checksum is wrong, or whose
+//!   typed fields do not parse.
 //!
 //! # Scribbled page words
 //!
@@ -51,8 +52,10 @@ mod wait;
 
 pub use items::{Gap, LossReason, ReadPosition, RingItem, Scribble};
 
-use super::event::{validate, RecordLayout};
+use super::event::{validate, RecordFault, RecordLayout};
 use super::format::*;
+use super::json::Fields;
+use super::typed::to_json;
 use super::Ring;
 use crate::sync::{fence, Arc, Ordering};
 use std::time::Duration;
@@ -105,6 +108,8 @@ pub struct RingReader {
     first_seq: u64,
     /// Copy of the record being read; one page at most.
     buf: Vec<u64>,
+    /// The JSON text of that record's typed fields, if it has them.
+    typed_json: Fields,
     /// The record the reader waits on and since when (ms, `sync` clock).
     stall: Option<(u64, u64)>,
     /// Past an unstamped dead record, the farther record the reader would
@@ -153,6 +158,7 @@ impl RingReader {
             index: position.index,
             first_seq: position.next_seq - u64::from(position.index),
             buf: Vec::with_capacity(capacity),
+            typed_json: Fields::default(),
             stall: None,
             jump: None,
             delivered: 0,
@@ -225,7 +231,7 @@ impl RingReader {
                     return Some((
                         RingItem::Event {
                             seq,
-                            event: layout.view(&self.buf),
+                            event: layout.view_with(&self.buf, self.typed_json.text()),
                         },
                         after,
                     ));
@@ -545,7 +551,15 @@ impl RingReader {
             return self.resync();
         }
         let seq = self.next_seq();
-        match validate(&self.buf) {
+        let valid = validate(&self.buf).and_then(|layout| {
+            if layout.typed() {
+                // Checked by `validate`; a failure here is corrupt too.
+                to_json(layout.typed_fields(&self.buf), &mut self.typed_json)
+                    .map_err(|_| RecordFault::Fields)?;
+            }
+            Ok(layout)
+        });
+        match valid {
             Ok(layout) => {
                 self.advance(words);
                 Step::Event { seq, layout }

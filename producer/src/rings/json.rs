@@ -1,5 +1,7 @@
-//! The structured-fields object of a client's event, written straight into
-//! a reused buffer:
+//! The structured-fields object of an event as JSON text, written straight
+//! into a reused buffer (by clients that format their fields, and by the
+//! reader that turns a record's typed fields back into text, see
+//! [`super::typed`]):
 //! numbers stay numbers, booleans booleans, everything else a JSON string.
 //! Keys already written are remembered by their byte range, so a key seen
 //! twice (an event's field and a span's of the same name) is kept once,
@@ -19,6 +21,16 @@ impl Fields {
     pub fn clear(&mut self) {
         self.out.clear();
         self.keys.clear();
+    }
+
+    /// Whether no entry was written.
+    pub fn is_empty(&self) -> bool {
+        self.out.is_empty()
+    }
+
+    /// The text written so far (after [`Fields::finish`]: the object's).
+    pub fn text(&self) -> &str {
+        &self.out
     }
 
     /// The object's text, `""` when it has no key (eventd stores NULL).

@@ -1,0 +1,380 @@
+//! Typed fields: an event's structured fields in binary, as producers write
+//! them on the fast path (no number formatting, no escaping), and their
+//! decoding into the same JSON object text the formatted path stores.
+//!
+//! A record whose word 4 has [`FLAG_TYPED_FIELDS`] in its high byte holds,
+//! in place of the fields' JSON text, a run of entries back to back:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 1 | key length k (u8) |
+//! | k | key, UTF-8 |
+//! | 1 | kind: 1 i64, 2 u64, 3 f64, 4 bool, 5 str |
+//! | 8 / 8 / 8 / 1 / 4 + n | the value: little-endian integer, f64 bits, 0 or 1, or a u32 length n and n bytes of UTF-8 |
+//!
+//! The reader checks every length, kind and string before it trusts one
+//! ([`entries`]); a payload that does not parse is a corrupt record. The
+//! drain turns the entries into JSON with [`to_json`] (a key seen twice is
+//! kept the first time, as the formatted path does), so what is stored
+//! does not depend on which path wrote the event.
+
+use super::event::{EncodeError, Event};
+use super::json::Fields;
+use std::mem::MaybeUninit;
+
+/// The high byte of a record's word 4: its fields are typed entries.
+pub const FLAG_TYPED_FIELDS: u8 = 1;
+/// Every flag this version knows; a record with another bit set is corrupt.
+pub const FLAGS_KNOWN: u8 = FLAG_TYPED_FIELDS;
+
+pub const KIND_I64: u8 = 1;
+pub const KIND_U64: u8 = 2;
+pub const KIND_F64: u8 = 3;
+pub const KIND_BOOL: u8 = 4;
+pub const KIND_STR: u8 = 5;
+
+/// The longest key an entry holds, in bytes; longer keys are cut at a
+/// character boundary.
+pub const KEY_BYTES_MAX: usize = 255;
+
+/// One field's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value<'a> {
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Bool(bool),
+    Str(&'a str),
+}
+
+/// One field: a key and its typed value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Field<'a> {
+    pub key: &'a str,
+    pub value: Value<'a>,
+}
+
+impl<'a> Field<'a> {
+    pub fn new(key: &'a str, value: Value<'a>) -> Self {
+        Field { key, value }
+    }
+
+    /// Bytes this entry takes.
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        1 + cut(self.key, KEY_BYTES_MAX).len()
+            + 1
+            + match self.value {
+                Value::I64(_) | Value::U64(_) | Value::F64(_) => 8,
+                Value::Bool(_) => 1,
+                Value::Str(s) => 4 + cut(s, u32::MAX as usize).len(),
+            }
+    }
+
+    #[inline]
+    fn encode(&self, out: &mut impl Sink) {
+        let key = cut(self.key, KEY_BYTES_MAX);
+        out.put(&[key.len() as u8]);
+        out.put(key.as_bytes());
+        match self.value {
+            Value::I64(v) => {
+                out.put(&[KIND_I64]);
+                out.put(&v.to_le_bytes());
+            }
+            Value::U64(v) => {
+                out.put(&[KIND_U64]);
+                out.put(&v.to_le_bytes());
+            }
+            Value::F64(v) => {
+                out.put(&[KIND_F64]);
+                out.put(&v.to_bits().to_le_bytes());
+            }
+            Value::Bool(v) => out.put(&[KIND_BOOL, u8::from(v)]),
+            Value::Str(s) => {
+                let s = cut(s, u32::MAX as usize);
+                out.put(&[KIND_STR]);
+                out.put(&(s.len() as u32).to_le_bytes());
+                out.put(s.as_bytes());
+            }
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+#[inline]
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Where encoded bytes go.
+trait Sink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Typed fields a ring can write: a slice of [`Field`]s, or the bytes an
+/// [`Encoder`] built.
+pub trait TypedFields {
+    /// Bytes the entries take.
+    fn encoded_len(&self) -> usize;
+    /// Writes exactly `encoded_len()` bytes into `out`.
+    #[doc(hidden)]
+    fn write_to(&self, out: &mut Staging<'_>);
+}
+
+impl TypedFields for [Field<'_>] {
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        self.iter().map(Field::encoded_len).sum()
+    }
+
+    #[inline]
+    fn write_to(&self, out: &mut Staging<'_>) {
+        for f in self {
+            f.encode(out);
+        }
+    }
+}
+
+impl<const N: usize> TypedFields for [Field<'_>; N] {
+    #[inline]
+    fn encoded_len(&self) -> usize {
+        self.as_slice().encoded_len()
+    }
+
+    #[inline]
+    fn write_to(&self, out: &mut Staging<'_>) {
+        self.as_slice().write_to(out);
+    }
+}
+
+/// Entries encoded already (by an [`Encoder`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Encoded<'a>(pub &'a [u8]);
+
+impl TypedFields for Encoded<'_> {
+    fn encoded_len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn write_to(&self, out: &mut Staging<'_>) {
+        out.put(self.0);
+    }
+}
+
+/// Builds typed entries in a reused buffer, for callers that learn their
+/// fields one by one (a `tracing` visitor, a Python dict). No formatting:
+/// numbers are copied as bytes.
+#[derive(Debug, Default, Clone)]
+pub struct Encoder {
+    buf: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn clear(&mut self) {
+        self.buf.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The entries written so far.
+    pub fn encoded(&self) -> Encoded<'_> {
+        Encoded(&self.buf)
+    }
+
+    pub fn field(&mut self, key: &str, value: Value<'_>) {
+        Field::new(key, value).encode(&mut self.buf);
+    }
+
+    pub fn i64(&mut self, key: &str, value: i64) {
+        self.field(key, Value::I64(value));
+    }
+
+    pub fn u64(&mut self, key: &str, value: u64) {
+        self.field(key, Value::U64(value));
+    }
+
+    pub fn f64(&mut self, key: &str, value: f64) {
+        self.field(key, Value::F64(value));
+    }
+
+    pub fn bool(&mut self, key: &str, value: bool) {
+        self.field(key, Value::Bool(value));
+    }
+
+    pub fn str(&mut self, key: &str, value: &str) {
+        self.field(key, Value::Str(value));
+    }
+}
+
+/// A typed payload that does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+/// The entries of a typed payload, each checked before it is returned: a
+/// length past the end, an unknown kind, a bool other than 0 or 1 or text
+/// that is not UTF-8 ends the walk with [`Malformed`].
+pub fn entries(bytes: &[u8]) -> impl Iterator<Item = Result<Field<'_>, Malformed>> {
+    let mut rest = bytes;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let item = next_entry(&mut rest);
+        if item.is_err() {
+            rest = &[];
+        }
+        Some(item)
+    })
+}
+
+fn take<'a>(rest: &mut &'a [u8], n: usize) -> Result<&'a [u8], Malformed> {
+    if n > rest.len() {
+        return Err(Malformed);
+    }
+    let (head, tail) = rest.split_at(n);
+    *rest = tail;
+    Ok(head)
+}
+
+fn word(rest: &mut &[u8]) -> Result<[u8; 8], Malformed> {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(take(rest, 8)?);
+    Ok(w)
+}
+
+fn text<'a>(rest: &mut &'a [u8], n: usize) -> Result<&'a str, Malformed> {
+    std::str::from_utf8(take(rest, n)?).map_err(|_| Malformed)
+}
+
+fn next_entry<'a>(rest: &mut &'a [u8]) -> Result<Field<'a>, Malformed> {
+    let key_len = take(rest, 1)?[0];
+    let key = text(rest, usize::from(key_len))?;
+    let value = match take(rest, 1)?[0] {
+        KIND_I64 => Value::I64(i64::from_le_bytes(word(rest)?)),
+        KIND_U64 => Value::U64(u64::from_le_bytes(word(rest)?)),
+        KIND_F64 => Value::F64(f64::from_bits(u64::from_le_bytes(word(rest)?))),
+        KIND_BOOL => match take(rest, 1)?[0] {
+            0 => Value::Bool(false),
+            1 => Value::Bool(true),
+            _ => return Err(Malformed),
+        },
+        KIND_STR => {
+            let mut n = [0u8; 4];
+            n.copy_from_slice(take(rest, 4)?);
+            Value::Str(text(rest, u32::from_le_bytes(n) as usize)?)
+        }
+        _ => return Err(Malformed),
+    };
+    Ok(Field { key, value })
+}
+
+/// Checks a typed payload whole.
+pub fn validate(bytes: &[u8]) -> Result<(), Malformed> {
+    entries(bytes).try_for_each(|e| e.map(drop))
+}
+
+/// Writes a typed payload as the JSON object text the formatted path would
+/// have stored (into `out`, cleared first; finished).
+pub fn to_json(bytes: &[u8], out: &mut Fields) -> Result<(), Malformed> {
+    out.clear();
+    for entry in entries(bytes) {
+        let Field { key, value } = entry?;
+        match value {
+            Value::I64(v) => out.i64(key, v),
+            Value::U64(v) => out.u64(key, v),
+            Value::F64(v) => out.f64(key, v),
+            Value::Bool(v) => out.bool(key, v),
+            Value::Str(v) => out.str(key, v),
+        }
+    }
+    out.finish();
+    Ok(())
+}
+
+/// Words of a record's payload staged on the stack before they go into the
+/// ring: 4 KiB, which holds every common event; a larger one is staged on
+/// the heap.
+pub(super) const STAGE_WORDS: usize = 512;
+
+/// A payload being staged: bytes written front to back into words that
+/// start uninitialised, with a count of how many are written.
+#[doc(hidden)]
+pub struct Staging<'a> {
+    words: &'a mut [MaybeUninit<u64>],
+    /// Bytes written from the start; every byte before it is initialised.
+    at: usize,
+    /// Set when a write would not fit: nothing more is written.
+    overflow: bool,
+}
+
+impl Sink for Staging<'_> {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        let cap = self.words.len() * 8;
+        if self.overflow || bytes.len() > cap - self.at {
+            self.overflow = true;
+            return;
+        }
+        // SAFETY: `at + bytes.len() <= cap` (checked above), so the copy
+        // stays inside `words`; u8 has no alignment, `bytes` cannot overlap
+        // a buffer we hold mutably, and writing bytes into MaybeUninit
+        // memory is always allowed.
+        unsafe {
+            let dst = self.words.as_mut_ptr().cast::<u8>().add(self.at);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+        }
+        self.at += bytes.len();
+    }
+}
+
+/// Stages the payload of `event` with `fields` typed (provider, name and
+/// message text, then the entries, zero-padded to a word) in `words`,
+/// which must hold exactly the payload's words; returns them initialised.
+pub(super) fn stage<'w, F: TypedFields + ?Sized>(
+    event: &Event<'_>,
+    fields: &F,
+    fields_len: usize,
+    words: &'w mut [MaybeUninit<u64>],
+) -> Result<&'w [u64], EncodeError> {
+    let payload = event.provider.len() + event.name.len() + event.message.len() + fields_len;
+    let n = words.len();
+    let mut s = Staging {
+        words,
+        at: 0,
+        overflow: false,
+    };
+    s.put(event.provider.as_bytes());
+    s.put(event.name.as_bytes());
+    s.put(event.message.as_bytes());
+    fields.write_to(&mut s);
+    let pad = n * 8 - payload.min(n * 8);
+    s.put(&[0u8; 8][..pad.min(8)]);
+    if s.overflow || s.at != n * 8 || pad >= 8 {
+        return Err(EncodeError::TooLarge {
+            len: payload,
+            max: n * 8,
+        });
+    }
+    // SAFETY: `at == n * 8`, so every byte of the `n` words was written
+    // (front to back, without gaps) and each word is an initialised u64;
+    // the slice borrows `words` for as long as the result lives.
+    Ok(unsafe { std::slice::from_raw_parts(s.words.as_ptr().cast::<u64>(), n) })
+}
+
+#[cfg(test)]
+mod tests;
