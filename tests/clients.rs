@@ -62,6 +62,82 @@ fn counts_after_close(stdout: &[u8]) -> (u64, u64) {
     counts(line.as_bytes())
 }
 
+// ------------------------------------------------------------ typed fields
+
+/// An emit with typed fields (the fast path: binary entries in the ring)
+/// is stored with the same JSON object, types kept, as a formatted one.
+#[test]
+fn typed_emits_are_stored_with_typed_fields() {
+    use eventd::rings::client::Producer;
+    use eventd::rings::{Encoder, Field, Level, Value as V};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _eventd = Eventd::start(&data, None);
+    let producer = Producer::new(data.join("kmes"), "typed-client");
+    let items = [
+        Field::new("order", V::U64(u64::MAX)),
+        Field::new("delta", V::I64(-7)),
+        Field::new("amount", V::F64(9.5)),
+        Field::new("paid", V::Bool(true)),
+        Field::new("who", V::Str("ann \"the\" admin")),
+        Field::new("ratio", V::F64(f64::INFINITY)),
+    ];
+    let mut encoder = Encoder::default();
+    encoder.i64("n", 3);
+    encoder.str("n", "repeated: kept the first time");
+    let mut waited = 0;
+    // The first emit may find no ring yet while eventd makes them.
+    while producer
+        .emit_items(Level::Warning, "items", "from a slice", &items)
+        .is_err()
+    {
+        waited += 1;
+        assert!(waited < 500, "the rings never opened");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    producer
+        .emit_typed(
+            Level::Info,
+            "encoded",
+            "from an encoder",
+            &encoder.encoded(),
+        )
+        .unwrap();
+    producer
+        .emit_items(Level::Debug, "none", "no fields", &[])
+        .unwrap();
+    wait_for_events(&data, 3);
+    let mut rows = query(&data, "typed-client");
+    rows.sort_by_key(|(v, _)| v["name"].as_str().unwrap().to_string());
+    let got: Vec<(&str, u64, &Value)> = rows
+        .iter()
+        .map(|(v, f)| (v["name"].as_str().unwrap(), v["level"].as_u64().unwrap(), f))
+        .collect();
+    assert_eq!(got.len(), 3, "{rows:?}");
+    assert_eq!((got[0].0, got[0].1), ("encoded", 6));
+    assert_eq!(got[0].2, &serde_json::json!({"n": 3}));
+    assert_eq!((got[1].0, got[1].1), ("items", 4));
+    assert_eq!(
+        got[1].2,
+        &serde_json::json!({
+            "order": u64::MAX,
+            "delta": -7,
+            "amount": 9.5,
+            "paid": true,
+            "who": "ann \"the\" admin",
+            "ratio": "inf",
+        })
+    );
+    assert!(got[1].2["order"].is_u64() && got[1].2["amount"].is_f64());
+    assert_eq!(got[2].0, "none");
+    // As for an event emitted with no fields text.
+    assert!(
+        got[2].2.is_null() || got[2].2 == &serde_json::json!({}),
+        "{:?}",
+        got[2].2
+    );
+}
+
 // ------------------------------------------------------------------ Rust
 
 const CHILD: &str = "EVENTD_CLIENTS_TEST_CHILD";

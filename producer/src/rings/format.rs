@@ -53,7 +53,7 @@ pub const R_CHECKSUM: usize = 1;
 pub const R_TS: usize = 2;
 /// pid (low 32) | tid (high 32)
 pub const R_PID_TID: usize = 3;
-/// uid (low 32) | level (8) | provider_len (8) | name_len (8) | 0 (8)
+/// uid (low 32) | level (8) | provider_len (8) | name_len (8) | flags (8, see `typed`)
 pub const R_UID_LEVEL: usize = 4;
 /// message_len (low 32) | fields_len (high 32)
 pub const R_LENGTHS: usize = 5;
