@@ -1,5 +1,7 @@
-//! The C header and this library agree: every `EVENTD_E_*` code the header
-//! defines has the value of the Rust constant of that name, and the header
+//! The C header and this library agree: every `EVENTD_E_*` code and
+//! `EVENTD_KIND_*` kind the header defines has the value of the Rust
+//! constant of that name, `eventd_field_t` has the layout of the Rust
+//! struct the library reads, and the header
 //! compiles on its own (included first, with nothing before it) as C99 and
 //! as C++, with every warning an error.
 
@@ -18,6 +20,15 @@ const CODES: [(&str, c_int); 9] = [
     ("EVENTD_E_FAILED", EVENTD_E_FAILED),
     ("EVENTD_E_INTERNAL", EVENTD_E_INTERNAL),
     ("EVENTD_E_LIMITED", EVENTD_E_LIMITED),
+];
+
+/// The kinds of a typed field, by the header's names.
+const KINDS: [(&str, c_int); 5] = [
+    ("EVENTD_KIND_I64", EVENTD_KIND_I64),
+    ("EVENTD_KIND_U64", EVENTD_KIND_U64),
+    ("EVENTD_KIND_F64", EVENTD_KIND_F64),
+    ("EVENTD_KIND_BOOL", EVENTD_KIND_BOOL),
+    ("EVENTD_KIND_STR", EVENTD_KIND_STR),
 ];
 
 fn include_dir() -> PathBuf {
@@ -51,9 +62,15 @@ fn compile(dir: &Path, compiler: &str, name: &str, source: &str, std: &str) -> P
 fn header_codes_are_the_library_codes() {
     let dir = tempfile::tempdir().unwrap();
     // eventd.h first: it must bring what it needs itself.
-    let mut source = String::from("#include <eventd.h>\n#include <stdio.h>\nint main(void) {\n");
-    for (name, _) in CODES {
+    let mut source = String::from(
+        "#include <eventd.h>\n#include <stddef.h>\n#include <stdio.h>\nint main(void) {\n",
+    );
+    for (name, _) in CODES.iter().chain(&KINDS) {
         source.push_str(&format!("    printf(\"{name} %d\\n\", {name});\n"));
+    }
+    // The layout of eventd_field_t, as numbers the Rust side has too.
+    for (name, expr) in LAYOUT {
+        source.push_str(&format!("    printf(\"{name} %d\\n\", (int)({expr}));\n"));
     }
     source.push_str("    return 0;\n}\n");
     let exe = compile(dir.path(), "cc", "codes.c", &source, "c99");
@@ -67,9 +84,36 @@ fn header_codes_are_the_library_codes() {
             (name.to_owned(), value.parse().unwrap())
         })
         .collect();
-    let library: Vec<(String, c_int)> = CODES.iter().map(|&(n, v)| (n.to_owned(), v)).collect();
+    let layout = [
+        std::mem::size_of::<CField>(),
+        std::mem::offset_of!(CField, key),
+        std::mem::offset_of!(CField, kind),
+        std::mem::offset_of!(CField, value),
+        std::mem::size_of::<CValue>(),
+    ];
+    let library: Vec<(String, c_int)> = CODES
+        .iter()
+        .chain(&KINDS)
+        .map(|&(n, v)| (n.to_owned(), v))
+        .chain(
+            LAYOUT
+                .iter()
+                .zip(layout)
+                .map(|(&(n, _), v)| (n.to_owned(), v as c_int)),
+        )
+        .collect();
     assert_eq!(header, library);
 }
+
+/// C expressions of `eventd_field_t`'s layout, in the order the test
+/// computes them in Rust.
+const LAYOUT: [(&str, &str); 5] = [
+    ("sizeof_field", "sizeof(eventd_field_t)"),
+    ("offsetof_key", "offsetof(eventd_field_t, key)"),
+    ("offsetof_kind", "offsetof(eventd_field_t, kind)"),
+    ("offsetof_value", "offsetof(eventd_field_t, value)"),
+    ("sizeof_value", "sizeof(((eventd_field_t *)0)->value)"),
+];
 
 #[test]
 fn every_code_has_its_own_description() {

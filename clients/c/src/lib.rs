@@ -9,10 +9,10 @@
 //! called from any thread at once, except `eventd_close`, which must be the
 //! last call on its handle.
 
-use eventd_core::rings::client::{Dropped, Fields, Producer};
-use eventd_core::rings::Level;
-use std::cell::RefCell;
+use eventd_core::rings::client::{Dropped, Producer};
+use eventd_core::rings::{typed, Field, Level, Value};
 use std::ffi::{c_char, c_int, CStr};
+use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub const EVENTD_OK: c_int = 0;
@@ -116,8 +116,119 @@ pub unsafe extern "C" fn eventd_emit(
     })
 }
 
-thread_local! {
-    static FIELDS: RefCell<Fields> = RefCell::new(Fields::default());
+/// Kinds of an `eventd_field_t`'s value (`EVENTD_KIND_*`), the kind tags
+/// of the ring's typed entries.
+pub const EVENTD_KIND_I64: c_int = typed::KIND_I64 as c_int;
+pub const EVENTD_KIND_U64: c_int = typed::KIND_U64 as c_int;
+pub const EVENTD_KIND_F64: c_int = typed::KIND_F64 as c_int;
+pub const EVENTD_KIND_BOOL: c_int = typed::KIND_BOOL as c_int;
+pub const EVENTD_KIND_STR: c_int = typed::KIND_STR as c_int;
+
+/// `eventd_field_t`: a key and a typed value.
+#[repr(C)]
+pub struct CField {
+    pub key: *const c_char,
+    pub kind: c_int,
+    pub value: CValue,
+}
+
+/// The value of an `eventd_field_t`, read as its `kind` says.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union CValue {
+    pub i64: i64,
+    pub u64: u64,
+    pub f64: f64,
+    pub boolean: c_int,
+    pub str: *const c_char,
+}
+
+/// Fields an emit converts on the stack; more take one allocation.
+const STACK_FIELDS: usize = 32;
+
+/// Calls `emit` with the `n` fields `field(i)` makes, converted into a
+/// buffer on the stack (on the heap past [`STACK_FIELDS`]); the first
+/// error `field` returns is returned instead.
+fn with_fields<'a>(
+    n: usize,
+    field: impl Fn(usize) -> Result<Field<'a>, c_int>,
+    emit: impl FnOnce(&[Field<'a>]) -> c_int,
+) -> c_int {
+    if n > STACK_FIELDS {
+        return match (0..n).map(field).collect::<Result<Vec<_>, _>>() {
+            Ok(all) => emit(&all),
+            Err(code) => code,
+        };
+    }
+    let mut stack = [MaybeUninit::<Field<'a>>::uninit(); STACK_FIELDS];
+    for (i, slot) in stack.iter_mut().enumerate().take(n) {
+        match field(i) {
+            Ok(f) => {
+                slot.write(f);
+            }
+            Err(code) => return code,
+        }
+    }
+    // SAFETY: the loop wrote each of the first `n` slots (n <= STACK_FIELDS)
+    // or returned; Field is Copy, so nothing needs dropping.
+    let fields = unsafe { std::slice::from_raw_parts(stack.as_ptr().cast::<Field<'a>>(), n) };
+    emit(fields)
+}
+
+/// One field of a C array as a typed field.
+///
+/// # Safety
+/// `f.key` is NULL or NUL-terminated, and `f.value.str` too when `f.kind`
+/// is `EVENTD_KIND_STR`, valid for `'a`.
+unsafe fn field<'a>(f: &CField) -> Result<Field<'a>, c_int> {
+    // SAFETY: the caller's promise on the key.
+    let key = unsafe { text(f.key) }?.ok_or(EVENTD_E_INVALID)?;
+    // SAFETY: every member of the union is plain data of the union's
+    // size or less, read as the kind the caller set says; a string is
+    // read only under the caller's promise for EVENTD_KIND_STR.
+    let value = unsafe {
+        match f.kind {
+            EVENTD_KIND_I64 => Value::I64(f.value.i64),
+            EVENTD_KIND_U64 => Value::U64(f.value.u64),
+            EVENTD_KIND_F64 => Value::F64(f.value.f64),
+            EVENTD_KIND_BOOL => Value::Bool(f.value.boolean != 0),
+            EVENTD_KIND_STR => Value::Str(text(f.value.str)?.ok_or(EVENTD_E_INVALID)?),
+            _ => return Err(EVENTD_E_INVALID),
+        }
+    };
+    Ok(Field::new(key, value))
+}
+
+/// Emits one event with `n` typed fields: numbers and booleans stay JSON
+/// numbers and booleans in the stored `fields`, written without
+/// formatting.
+///
+/// # Safety
+/// As `eventd_emit`; `fields` points to `n` fields (it may be NULL when `n`
+/// is 0) whose keys, and whose values of kind `EVENTD_KIND_STR`, are
+/// NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn eventd_emit_fields(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+    fields: *const CField,
+    n: usize,
+) -> c_int {
+    guarded(|| {
+        if n > 0 && fields.is_null() {
+            return EVENTD_E_INVALID;
+        }
+        with_fields(
+            n,
+            // SAFETY: i < n and the array holds n fields; their strings
+            // are NUL-terminated by the caller's promise.
+            |i| unsafe { field(&*fields.add(i)) },
+            // SAFETY: the caller's promise on handle, name and message.
+            |fields| unsafe { emit_typed(handle, level, name, message, fields) },
+        )
+    })
 }
 
 /// Emits one event with `n` string fields `keys[i]` = `values[i]`.
@@ -139,34 +250,69 @@ pub unsafe extern "C" fn eventd_emit_kv(
         if n > 0 && (keys.is_null() || values.is_null()) {
             return EVENTD_E_INVALID;
         }
-        let build = |fields: &mut Fields| -> Result<(), c_int> {
-            fields.clear();
-            for i in 0..n {
-                // SAFETY: i < n, and both arrays hold n pointers.
-                let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
-                // SAFETY: each is NUL-terminated by the caller's promise.
-                match unsafe { (text(k)?, text(v)?) } {
-                    (Some(k), Some(v)) => fields.str(k, v),
-                    _ => return Err(EVENTD_E_INVALID),
-                }
+        let pair = |i: usize| -> Result<Field<'_>, c_int> {
+            // SAFETY: i < n, and both arrays hold n pointers.
+            let (k, v) = unsafe { (*keys.add(i), *values.add(i)) };
+            // SAFETY: each is NUL-terminated by the caller's promise.
+            match unsafe { (text(k)?, text(v)?) } {
+                (Some(k), Some(v)) => Ok(Field::new(k, Value::Str(v))),
+                _ => Err(EVENTD_E_INVALID),
             }
-            Ok(())
         };
-        let emit = |fields: &mut Fields| -> c_int {
-            if let Err(code) = build(fields) {
-                return code;
-            }
-            let json = fields.finish();
+        with_fields(
+            n,
+            pair,
             // SAFETY: the caller's promise on handle, name and message.
-            unsafe { emit_str(handle, level, name, message, json) }
-        };
-        FIELDS
-            .try_with(|f| match f.try_borrow_mut() {
-                Ok(mut f) => emit(&mut f),
-                Err(_) => emit(&mut Fields::default()),
-            })
-            .unwrap_or_else(|_| emit(&mut Fields::default()))
+            |fields| unsafe { emit_typed(handle, level, name, message, fields) },
+        )
     })
+}
+
+/// The handle, level, name and message of an emit, checked.
+///
+/// # Safety
+/// As `eventd_emit` for `handle`, `name` and `message`.
+unsafe fn event_args<'a>(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+) -> Result<(&'a Handle, Level, &'a str, &'a str), c_int> {
+    // SAFETY: a live handle by the caller's promise.
+    let handle = unsafe { handle.as_ref() }.ok_or(EVENTD_E_INVALID)?;
+    // SAFETY: the caller's promise on the strings.
+    let (name, message) = match unsafe { (text(name), text(message)) } {
+        (Ok(n), Ok(Some(m))) => (n.unwrap_or(""), m),
+        _ => return Err(EVENTD_E_INVALID),
+    };
+    let level = u8::try_from(level)
+        .ok()
+        .and_then(Level::from_u8)
+        .ok_or(EVENTD_E_INVALID)?;
+    Ok((handle, level, name, message))
+}
+
+/// An emit with typed fields.
+///
+/// # Safety
+/// As `eventd_emit` for `handle`, `name` and `message`.
+unsafe fn emit_typed(
+    handle: *const Handle,
+    level: c_int,
+    name: *const c_char,
+    message: *const c_char,
+    fields: &[Field<'_>],
+) -> c_int {
+    // SAFETY: the caller's promise.
+    match unsafe { event_args(handle, level, name, message) } {
+        Ok((h, level, name, message)) => {
+            match h.producer.emit_items(level, name, message, fields) {
+                Ok(()) => EVENTD_OK,
+                Err(d) => code(d),
+            }
+        }
+        Err(code) => code,
+    }
 }
 
 /// `eventd_emit` with the fields as a Rust string.
@@ -180,21 +326,13 @@ unsafe fn emit_str(
     message: *const c_char,
     fields: &str,
 ) -> c_int {
-    // SAFETY: a live handle by the caller's promise.
-    let Some(handle) = (unsafe { handle.as_ref() }) else {
-        return EVENTD_E_INVALID;
-    };
-    // SAFETY: the caller's promise on the strings.
-    let (name, message) = match unsafe { (text(name), text(message)) } {
-        (Ok(n), Ok(Some(m))) => (n.unwrap_or(""), m),
-        _ => return EVENTD_E_INVALID,
-    };
-    let Some(level) = u8::try_from(level).ok().and_then(Level::from_u8) else {
-        return EVENTD_E_INVALID;
-    };
-    match handle.producer.emit(level, name, message, fields) {
-        Ok(()) => EVENTD_OK,
-        Err(d) => code(d),
+    // SAFETY: the caller's promise.
+    match unsafe { event_args(handle, level, name, message) } {
+        Ok((h, level, name, message)) => match h.producer.emit(level, name, message, fields) {
+            Ok(()) => EVENTD_OK,
+            Err(d) => code(d),
+        },
+        Err(code) => code,
     }
 }
 

@@ -12,9 +12,9 @@
 //! tracing::info!(order = 42, amount = 9.5, paid = true, "order taken");
 //! ```
 //!
-//! Each event is one record in the ring of the CPU the thread runs on: a
-//! few hundred nanoseconds, no system call, no lock, never a wait for
-//! eventd. What goes where (docs/guide/emitting.md):
+//! Each event is one record in the ring of the CPU the thread runs on,
+//! its fields written typed (binary, no number formatting): about 150-200
+//! nanoseconds, no system call, no lock, never a wait for eventd. What goes where (docs/guide/emitting.md):
 //!
 //! | eventd column | from `tracing` | from `log` |
 //! |---|---|---|
@@ -22,7 +22,7 @@
 //! | `provider` | the builder's, default the program's name | the same |
 //! | `name` | the event's target (the module path unless `target:` says) | the record's target |
 //! | `message` | the `message` field (the format string's text) | the formatted arguments |
-//! | `fields` | every other field of the event, then those of its spans, innermost first (a name already there is not repeated), as a JSON object: integers and floats stay numbers, booleans booleans, the rest strings | the record's key-values, the same way |
+//! | `fields` | every other field of the event, then those of its spans, innermost first (a name already there is not repeated), as a JSON object: integers and floats stay numbers (integers beyond 64 bits become their decimal text), booleans booleans, the rest strings | the record's key-values, the same way |
 //!
 //! While the ring directory is missing (eventd never ran here, a wrong
 //! path) events are dropped and counted ([`EventdLayer::dropped`]), the
@@ -36,7 +36,7 @@ pub use eventd::rings::client::{Dropped, Producer};
 pub use logger::EventdLogger;
 
 use eventd::rings::client::Fields;
-use eventd::rings::Level;
+use eventd::rings::{Encoder, Level, Value};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -130,8 +130,9 @@ impl EventdLayer {
     }
 }
 
-/// A span's fields, rendered when it is made (and when it records more).
-struct SpanFields(Fields);
+/// A span's fields, encoded typed when it is made (and when it records
+/// more): an event inside the span appends them to its own.
+struct SpanFields(Encoder);
 
 /// One thread's buffers, reused by every event.
 #[derive(Default)]
@@ -140,8 +141,18 @@ struct Scratch {
     message: String,
 }
 
+/// One thread's buffers for the layer's events: the typed fields, the
+/// message, and the text of a field shown with `Debug`.
+#[derive(Default)]
+struct TypedScratch {
+    fields: Encoder,
+    message: String,
+    text: String,
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static TYPED: RefCell<TypedScratch> = RefCell::new(TypedScratch::default());
 }
 
 /// Runs `f` on this thread's buffers, or on fresh ones when they are in
@@ -158,6 +169,23 @@ pub(crate) fn with_scratch(f: impl FnOnce(&mut Fields, &mut String)) {
     });
     if let Some(f) = f {
         f(&mut Fields::default(), &mut String::new());
+    }
+}
+
+/// [`with_scratch`] for the typed buffers, cleared.
+fn with_typed(f: impl FnOnce(&mut TypedScratch)) {
+    let mut f = Some(f);
+    let _ = TYPED.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut() {
+            if let Some(f) = f.take() {
+                s.fields.clear();
+                s.message.clear();
+                f(&mut s);
+            }
+        }
+    });
+    if let Some(f) = f {
+        f(&mut TypedScratch::default());
     }
 }
 
@@ -183,10 +211,12 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let mut fields = Fields::default();
+        let mut fields = Encoder::default();
         attrs.record(&mut Visitor {
             fields: &mut fields,
             message: None,
+            text: &mut String::new(),
+            once: true,
         });
         span.extensions_mut().insert(SpanFields(fields));
     }
@@ -200,38 +230,51 @@ where
             values.record(&mut Visitor {
                 fields,
                 message: None,
+                text: &mut String::new(),
+                once: true,
             });
         }
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        with_scratch(|fields, message| {
-            clear(fields, message);
+        with_typed(|s| {
             event.record(&mut Visitor {
-                fields,
-                message: Some(message),
+                fields: &mut s.fields,
+                message: Some(&mut s.message),
+                text: &mut s.text,
+                once: false,
             });
+            // The spans' entries after the event's, innermost first: the
+            // reader keeps the first of a repeated key, so an event's field
+            // wins over a span's, and an inner span's over an outer's.
             if let Some(scope) = ctx.event_scope(event) {
                 for span in scope {
                     if let Some(SpanFields(f)) = span.extensions().get::<SpanFields>() {
-                        fields.merge(f);
+                        s.fields.extend(f);
                     }
                 }
             }
             let meta = event.metadata();
             // Counted by the producer when it fails; nothing to do here.
-            let _ =
-                self.producer
-                    .emit(level(meta.level()), meta.target(), message, fields.finish());
+            let _ = self.producer.emit_typed(
+                level(meta.level()),
+                meta.target(),
+                &s.message,
+                &s.fields.encoded(),
+            );
         });
     }
 }
 
-/// Writes a tracing event's or span's fields; the `message` field goes to
-/// `message` when there is one.
+/// Encodes a tracing event's or span's fields, typed; the `message` field
+/// goes to `message` when there is one.
 struct Visitor<'a> {
-    fields: &'a mut Fields,
+    fields: &'a mut Encoder,
     message: Option<&'a mut String>,
+    /// Where a value shown with `Debug` or `Display` is written first.
+    text: &'a mut String,
+    /// Skip keys the fields have already (a span's, recorded again).
+    once: bool,
 }
 
 impl Visitor<'_> {
@@ -242,6 +285,21 @@ impl Visitor<'_> {
             None
         }
     }
+
+    fn put(&mut self, field: &Field, value: Value<'_>) {
+        if self.once && self.fields.has_key(field.name()) {
+            return;
+        }
+        self.fields.field(field.name(), value);
+    }
+
+    fn text(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {
+        let mut text = std::mem::take(self.text);
+        text.clear();
+        let _ = text.write_fmt(value);
+        self.put(field, Value::Str(&text));
+        *self.text = text;
+    }
 }
 
 impl Visit for Visitor<'_> {
@@ -249,7 +307,7 @@ impl Visit for Visitor<'_> {
         if let Some(m) = self.message(field) {
             let _ = write!(m, "{value:?}");
         } else {
-            self.fields.fmt(field.name(), format_args!("{value:?}"));
+            self.text(field, format_args!("{value:?}"));
         }
     }
 
@@ -257,35 +315,44 @@ impl Visit for Visitor<'_> {
         if let Some(m) = self.message(field) {
             m.push_str(value);
         } else {
-            self.fields.str(field.name(), value);
+            self.put(field, Value::Str(value));
         }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.fields.i64(field.name(), value);
+        self.put(field, Value::I64(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.fields.u64(field.name(), value);
+        self.put(field, Value::U64(value));
     }
 
+    /// A number when it fits 64 bits, else its decimal text (a typed entry
+    /// holds 64 bits; JSON readers lose such numbers' digits anyway).
     fn record_i128(&mut self, field: &Field, value: i128) {
-        self.fields.i128(field.name(), value);
+        match (i64::try_from(value), u64::try_from(value)) {
+            (Ok(v), _) => self.put(field, Value::I64(v)),
+            (_, Ok(v)) => self.put(field, Value::U64(v)),
+            _ => self.text(field, format_args!("{value}")),
+        }
     }
 
     fn record_u128(&mut self, field: &Field, value: u128) {
-        self.fields.u128(field.name(), value);
+        match u64::try_from(value) {
+            Ok(v) => self.put(field, Value::U64(v)),
+            Err(_) => self.text(field, format_args!("{value}")),
+        }
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.fields.f64(field.name(), value);
+        self.put(field, Value::F64(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.fields.bool(field.name(), value);
+        self.put(field, Value::Bool(value));
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.fields.fmt(field.name(), format_args!("{value}"));
+        self.text(field, format_args!("{value}"));
     }
 }

@@ -200,6 +200,20 @@ impl Encoder {
         Field::new(key, value).encode(&mut self.buf);
     }
 
+    /// Whether an entry has `key` (cut as entries cut it): a walk over
+    /// the entries, for callers that add to a set of fields more than once
+    /// (a span recording a field again).
+    pub fn has_key(&self, key: &str) -> bool {
+        let key = cut(key, KEY_BYTES_MAX);
+        entries(&self.buf).any(|e| e.is_ok_and(|f| f.key == key))
+    }
+
+    /// Appends the entries of `other` (a key both have is kept as this
+    /// one's when the entries are read: the first one wins).
+    pub fn extend(&mut self, other: &Encoder) {
+        self.buf.extend_from_slice(&other.buf);
+    }
+
     pub fn i64(&mut self, key: &str, value: i64) {
         self.field(key, Value::I64(value));
     }
