@@ -118,7 +118,7 @@ fn docs_c_snippets_build_with_only_the_header_and_run() {
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        wait_for_events(&data, 2);
+        wait_for_events(&data, 3);
         let rows = eventctl_text(
             &data,
             &["query", "--provider", "backup", "--output", "json"],
@@ -128,12 +128,17 @@ fn docs_c_snippets_build_with_only_the_header_and_run() {
             .map(|l| serde_json::from_str(l).unwrap())
             .filter(|v: &serde_json::Value| v.get("seq").is_some())
             .collect();
-        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows.len(), 3, "{rows:?}");
         let nightly = rows.iter().find(|r| r["name"] == "nightly").unwrap();
         assert_eq!(nightly["fields"]["tries"], serde_json::json!(3));
         assert_eq!(nightly["fields"]["target"], "s3");
         let disk = rows.iter().find(|r| r["name"] == "disk").unwrap();
         assert_eq!(disk["fields"]["host"], "db1");
+        let order = rows.iter().find(|r| r["name"] == "order").unwrap();
+        assert_eq!(
+            order["fields"],
+            serde_json::json!({"id": 42, "amount": 9.5, "paid": true, "by": "ann"})
+        );
         eventd.stop();
     }
 }

@@ -1,5 +1,6 @@
-/* Nanoseconds per event: libeventd's eventd_emit (fields as JSON) and
- * eventd_emit_kv (fields as key/value pairs) against a syslog(3)-style
+/* Nanoseconds per event: libeventd's eventd_emit (fields as JSON),
+ * eventd_emit_kv (fields as key/value pairs) and eventd_emit_fields (typed
+ * fields, not formatted) against a syslog(3)-style
  * send, the same event every way, from one thread.
  *
  *   bench KMES_DIR SYSLOG_SOCKET EVENTS
@@ -8,9 +9,10 @@
  * time formatted with localtime_r and strftime, "<PRI>TIMESTAMP TAG[PID]:
  * MESSAGE" with vsnprintf, one send() on a connected datagram socket), but
  * to eventd's own socket rather than /dev/log, so both paths end in the
- * same daemon. Each message carries the same three fields (as JSON or as
- * formatted values for eventd, as text for syslog). Prints
- * "eventd_emit WALL CPU", "eventd_emit_kv WALL CPU" and "syslog WALL CPU"
+ * same daemon. Each message carries the same three fields (as JSON, as
+ * formatted values or typed for eventd, as text for syslog). Prints
+ * "eventd_emit WALL CPU", "eventd_emit_kv WALL CPU", "eventd_emit_fields
+ * WALL CPU" and "syslog WALL CPU"
  * (ns per event; CPU is this thread's own). */
 #define _GNU_SOURCE
 #include "eventd.h"
@@ -61,6 +63,19 @@ int main(int argc, char **argv) {
         eventd_emit_kv(ev, EVENTD_INFO, "bench", "order taken", 3, keys, values);
     }
     double kv = (now() - t0) / (double)n, kv_cpu = (cpu() - c0) / (double)n;
+
+    eventd_field_t typed[3] = {{"order", EVENTD_KIND_I64, {0}},
+                               {"amount", EVENTD_KIND_F64, {0}},
+                               {"paid", EVENTD_KIND_BOOL, {0}}};
+    t0 = now();
+    c0 = cpu();
+    for (long i = 0; i < n; i++) {
+        typed[0].value.i64 = i;
+        typed[1].value.f64 = (double)i * 0.5;
+        typed[2].value.boolean = (int)(i % 2);
+        eventd_emit_fields(ev, EVENTD_INFO, "bench", "order taken", typed, 3);
+    }
+    double fields_ns = (now() - t0) / (double)n, fields_cpu = (cpu() - c0) / (double)n;
     unsigned long long dropped = (unsigned long long)eventd_dropped(ev);
     eventd_close(ev);
 
@@ -90,7 +105,8 @@ int main(int argc, char **argv) {
     }
     double sock = (now() - t0) / (double)n, sock_cpu = (cpu() - c0) / (double)n;
     close(fd);
-    printf("eventd_emit %.1f %.1f\neventd_emit_kv %.1f %.1f\nsyslog %.1f %.1f\ndropped %llu\n",
-           ring, ring_cpu, kv, kv_cpu, sock, sock_cpu, dropped);
+    printf("eventd_emit %.1f %.1f\neventd_emit_kv %.1f %.1f\neventd_emit_fields %.1f %.1f\n"
+           "syslog %.1f %.1f\ndropped %llu\n",
+           ring, ring_cpu, kv, kv_cpu, fields_ns, fields_cpu, sock, sock_cpu, dropped);
     return 0;
 }

@@ -6,8 +6,9 @@
 //!   layer, through `tracing-subscriber`'s fmt layer writing to a file, and
 //!   as a syslog datagram to eventd's own socket (what a `syslog(3)`
 //!   binding does); and the raw `Emitter` the layer is judged against.
-//! - C: `eventd_emit` (JSON fields) and `eventd_emit_kv` (key/value
-//!   fields) against a syslog(3)-style send (perf/clients/bench.c).
+//! - C: `eventd_emit` (JSON fields), `eventd_emit_kv` (key/value fields)
+//!   and `eventd_emit_fields` (typed fields) against a syslog(3)-style send
+//!   (perf/clients/bench.c).
 //! - Python (perf/clients/bench.py): the native package's `eventd.emit` and
 //!   `logging` + `eventd.Handler`, the ctypes module's `EventdHandler`,
 //!   against `logging.handlers.SysLogHandler`, beside the floor (`logging`
@@ -21,7 +22,7 @@
 //! published figure of another tool (an anchor), with the ratio.
 
 use anyhow::{bail, Context};
-use eventd::rings::{Emitter, Event, Level};
+use eventd::rings::{Emitter, Event, Field, Level, Value};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -132,17 +133,13 @@ fn median_of(runs: &[Cost]) -> Cost {
 
 fn rust_raw(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
     let emitter = Emitter::open(kmes)?;
-    let mut fields = String::with_capacity(128);
     let clock = start();
     for i in 0..n {
-        use std::fmt::Write;
-        fields.clear();
-        let _ = write!(
-            fields,
-            "{{\"order\":{i},\"amount\":{:?},\"paid\":{}}}",
-            i as f64 * 0.5,
-            i % 2 == 1
-        );
+        let fields = [
+            Field::new("order", Value::U64(i)),
+            Field::new("amount", Value::F64(i as f64 * 0.5)),
+            Field::new("paid", Value::Bool(i % 2 == 1)),
+        ];
         let event = Event {
             ts_ns: eventd::rings::now_ns(),
             pid: 1,
@@ -152,9 +149,9 @@ fn rust_raw(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
             provider: "rust-bench",
             name: "bench",
             message: "order taken",
-            fields: &fields,
+            fields: "",
         };
-        let _ = emitter.emit(&event);
+        let _ = emitter.emit_typed(&event, &fields);
     }
     Ok(per_event(clock, n))
 }
@@ -287,6 +284,7 @@ fn medians(
 struct CCosts {
     json: Cost,
     kv: Cost,
+    fields: Cost,
     syslog: Cost,
 }
 
@@ -305,7 +303,12 @@ fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<C
             .arg(format!("-Wl,-rpath,{}", lib.display()))
             .arg("-leventd"),
     )?;
-    let names = ["eventd_emit", "eventd_emit_kv", "syslog"];
+    let names = [
+        "eventd_emit",
+        "eventd_emit_kv",
+        "eventd_emit_fields",
+        "syslog",
+    ];
     let got = medians(&names, || {
         run_output(
             Command::new(&exe)
@@ -318,7 +321,8 @@ fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<C
     Ok(CCosts {
         json: each(0)?,
         kv: each(1)?,
-        syslog: each(2)?,
+        fields: each(2)?,
+        syslog: each(3)?,
     })
 }
 
@@ -515,6 +519,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         Some(&GOAL_KV),
     );
     row("", c.kv, Some(&SPDLOG));
+    row(
+        "C: eventd_emit_fields, 3 typed fields",
+        c.fields,
+        Some(&GOAL_KV),
+    );
     row("C: syslog(3)-style send to eventd's socket", c.syslog, None);
     if let Some(emit) = py.emit {
         row(
@@ -640,13 +649,15 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
 
     let mut last = format!(
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
-         c_syslog={:.1} py={:.1} py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1}",
+         c_fields={:.1} c_syslog={:.1} py={:.1} py_syslog={:.1} py_floor={:.1} \
+         py_ctypes_call={:.1}",
         raw.cpu,
         layer.cpu,
         fmt.cpu,
         syslog.cpu,
         c.json.cpu,
         c.kv.cpu,
+        c.fields.cpu,
         c.syslog.cpu,
         py.ctypes_handler.cpu,
         py.syslog.cpu,

@@ -6,13 +6,14 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "raw",
     "layer",
     "fmt_file",
     "syslog",
     "c",
     "c_kv",
+    "c_fields",
     "c_syslog",
     "py",
     "py_syslog",
