@@ -40,7 +40,8 @@ import logging, os, sys
 import eventd
 
 eventd.configure(provider="py-emit")
-assert eventd.emit("paid", level=eventd.NOTICE, order=42, amount=63.5, rush=True, who="ann")
+assert eventd.emit("paid", level=eventd.NOTICE, order=42, amount=63.5, rush=True, who="ann",
+                   top=2**64 - 1, big=2**70, neg=-5, items=[1, 2])
 
 handler = eventd.Handler(provider="py-logging")
 log = logging.getLogger("shop.orders")
@@ -99,7 +100,8 @@ fn pip_installed_package_emits_typed_fields() {
     assert_eq!(emitted[0]["level"], 5, "notice");
     assert_eq!(
         emitted[0]["fields"],
-        json!({"order": 42, "amount": 63.5, "rush": true, "who": "ann"})
+        json!({"order": 42, "amount": 63.5, "rush": true, "who": "ann",
+               "top": u64::MAX, "big": "1180591620717411303424", "neg": -5, "items": "[1, 2]"})
     );
     let logged = rows(&data, "py-logging");
     assert_eq!(logged.len(), 2, "{logged:?}");

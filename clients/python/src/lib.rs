@@ -3,11 +3,12 @@
 //! producer (made at the first emit, or by `configure`); `Producer` is one
 //! handle with its own provider and counts (what `eventd.Handler` uses).
 //! Field values keep their type: bool, int and float stay JSON booleans
-//! and numbers, everything else becomes its `str()`. Nothing here raises
+//! and numbers (written typed, not formatted: the record holds their
+//! bytes), everything else becomes its `str()` (an int past 64 bits too). Nothing here raises
 //! for an event that cannot be stored: it is counted as dropped.
 
-use eventd_producer::rings::client::{Fields, Producer as RingProducer};
-use eventd_producer::rings::Level;
+use eventd_producer::rings::client::Producer as RingProducer;
+use eventd_producer::rings::{Encoder, Level};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
 use std::cell::RefCell;
@@ -17,8 +18,8 @@ use std::sync::{Arc, RwLock};
 static DEFAULT: RwLock<Option<Arc<RingProducer>>> = RwLock::new(None);
 
 thread_local! {
-    /// The fields buffer, reused by every emit on this thread.
-    static FIELDS: RefCell<Fields> = RefCell::new(Fields::default());
+    /// The typed fields, reused by every emit on this thread.
+    static FIELDS: RefCell<Encoder> = RefCell::new(Encoder::default());
 }
 
 /// A syslog severity from `level`: 0..=7 as it is, larger numbers as
@@ -38,15 +39,17 @@ fn severity(level: i64) -> Level {
     Level::from_u8(syslog as u8).unwrap_or(Level::Debug)
 }
 
-/// Writes one Python value as the field `key`, keeping its JSON type.
-fn field(out: &mut Fields, key: &str, value: &Bound<'_, PyAny>) {
+/// Writes one Python value as the field `key`, typed: bool, int (that
+/// fits 64 bits) and float keep their type, everything else (an int past
+/// 64 bits too) is its `str()`.
+fn field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
     if value.is_instance_of::<PyBool>() {
         out.bool(key, value.is_truthy().unwrap_or(false));
     } else if value.is_instance_of::<PyInt>() {
         match value.extract::<i64>() {
             Ok(n) => out.i64(key, n),
-            Err(_) => match value.extract::<i128>() {
-                Ok(n) => out.i128(key, n),
+            Err(_) => match value.extract::<u64>() {
+                Ok(n) => out.u64(key, n),
                 Err(_) => text_field(out, key, value),
             },
         }
@@ -63,7 +66,7 @@ fn field(out: &mut Fields, key: &str, value: &Bound<'_, PyAny>) {
 }
 
 /// `str(value)`, or its repr-free stand-in if even that fails.
-fn text_field(out: &mut Fields, key: &str, value: &Bound<'_, PyAny>) {
+fn text_field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
     match value.str() {
         Ok(s) => out.str(key, &s.to_string_lossy()),
         Err(_) => out.str(key, "<unprintable>"),
@@ -92,7 +95,7 @@ fn emit_with(
             }
         }
         producer
-            .emit(severity(level), name, message, out.finish())
+            .emit_typed(severity(level), name, message, &out.encoded())
             .is_ok()
     })
 }
