@@ -56,10 +56,7 @@ fn field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
     } else if value.is_instance_of::<PyFloat>() {
         out.f64(key, value.extract::<f64>().unwrap_or(f64::NAN));
     } else if let Ok(s) = value.downcast::<PyString>() {
-        match s.to_cow() {
-            Ok(s) => out.str(key, &s),
-            Err(_) => text_field(out, key, value),
-        }
+        out.str(key, &text_of(s));
     } else {
         text_field(out, key, value);
     }
@@ -70,6 +67,46 @@ fn text_field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
     match value.str() {
         Ok(s) => out.str(key, &s.to_string_lossy()),
         Err(_) => out.str(key, "<unprintable>"),
+    }
+}
+
+extern "C" {
+    /// CPython's UTF-8 view of a str: the text the str keeps (for an ASCII
+    /// str, its own bytes), without a copy. In the stable ABI from 3.10 on,
+    /// and exported with this signature by every CPython this package
+    /// supports (3.3 and later); pyo3 declares it only for 3.10+ under
+    /// abi3, so it is declared here.
+    fn PyUnicode_AsUTF8AndSize(
+        unicode: *mut pyo3::ffi::PyObject,
+        size: *mut pyo3::ffi::Py_ssize_t,
+    ) -> *const std::ffi::c_char;
+}
+
+/// The text of `s` without a copy (abi3 before 3.10 would make a bytes
+/// object of it for each call); `None` for a str that has no UTF-8 form
+/// (lone surrogates), with the error cleared.
+fn utf8<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
+    let mut size: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `s` is a live str object (held by the borrow); `size` is a
+    // valid place to write the length.
+    let p = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
+    if p.is_null() {
+        drop(PyErr::take(s.py()));
+        return None;
+    }
+    let len = usize::try_from(size).ok()?;
+    // SAFETY: CPython keeps this UTF-8 buffer with the str object until it
+    // is freed, and `s` keeps the object alive for 'a; the buffer holds
+    // `len` bytes of valid UTF-8 (CPython's own encoding of the str).
+    Some(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(p.cast(), len)) })
+}
+
+/// A str argument as text: no copy when it has a UTF-8 form, else with
+/// the unencodable characters replaced.
+fn text_of<'a>(s: &'a Bound<'_, PyString>) -> std::borrow::Cow<'a, str> {
+    match utf8(s) {
+        Some(t) => t.into(),
+        None => s.to_string_lossy(),
     }
 }
 
@@ -89,9 +126,9 @@ fn emit_with(
         };
         out.clear();
         for (key, value) in fields.into_iter().flat_map(|d| d.iter()) {
-            match key.downcast::<PyString>().map(|k| k.to_cow()) {
-                Ok(Ok(k)) => field(&mut out, &k, &value),
-                _ => text_field(&mut out, &key.to_string(), &value),
+            match key.downcast::<PyString>() {
+                Ok(k) => field(&mut out, &text_of(k), &value),
+                Err(_) => text_field(&mut out, &key.to_string(), &value),
             }
         }
         producer
@@ -126,8 +163,13 @@ fn program(py: Python<'_>) -> String {
 /// process's producer; True if it was written into a ring.
 #[pyfunction]
 #[pyo3(signature = (message, level = 6, **fields))]
-fn emit(py: Python<'_>, message: &str, level: i64, fields: Option<&Bound<'_, PyDict>>) -> bool {
-    emit_with(&default_producer(py), level, "", message, fields)
+fn emit(
+    py: Python<'_>,
+    message: &Bound<'_, PyString>,
+    level: i64,
+    fields: Option<&Bound<'_, PyDict>>,
+) -> bool {
+    emit_with(&default_producer(py), level, "", &text_of(message), fields)
 }
 
 /// configure(provider=None, kmes_dir=None): the process's producer from now
@@ -168,11 +210,11 @@ impl Producer {
     fn emit(
         &self,
         level: i64,
-        name: &str,
-        message: &str,
+        name: &Bound<'_, PyString>,
+        message: &Bound<'_, PyString>,
         fields: Option<&Bound<'_, PyDict>>,
     ) -> bool {
-        emit_with(&self.0, level, name, message, fields)
+        emit_with(&self.0, level, &text_of(name), &text_of(message), fields)
     }
 
     #[getter]
