@@ -76,6 +76,26 @@ impl Body<'_> {
         self.check.add(w);
         self.next += 1;
     }
+
+    /// [`Body::put`] of each of `words`, with the checksum and position in
+    /// locals (registers) for the whole run rather than in `self`.
+    #[inline(always)]
+    fn put_all(&mut self, words: &[u64]) {
+        let (mut check, mut next) = (self.check, self.next);
+        let mem = &self.ring.mem;
+        for &w in words {
+            // As in `put`: never past the reservation.
+            if next >= self.end {
+                debug_assert!(false, "record body longer than reserved");
+                break;
+            }
+            // Relaxed: published by the Release CAS to COMMITTED.
+            mem.word(self.base + next).store(w, Ordering::Relaxed);
+            check.add(w);
+            next += 1;
+        }
+        (self.check, self.next) = (check, next);
+    }
 }
 
 /// Reservation attempts before a producer gives up on a contended or
@@ -119,9 +139,7 @@ impl Ring {
     pub fn emit(&self, event: &Event<'_>) -> Result<(), EmitError> {
         let words = event.record_words(self.geometry)?;
         self.emit_record(words, |body| {
-            for w in event.header_words() {
-                body.put(w);
-            }
+            body.put_all(&event.header_words());
             event.for_each_payload_word(|w| body.put(w));
         })
     }
@@ -142,12 +160,8 @@ impl Ring {
         let payload_words = words as usize - RECORD_HEADER_WORDS;
         let write = |payload: &[u64]| {
             self.emit_record(words, |body| {
-                for w in header {
-                    body.put(w);
-                }
-                for &w in payload {
-                    body.put(w);
-                }
+                body.put_all(&header);
+                body.put_all(payload);
             })
         };
         if payload_words <= STAGE_WORDS {

@@ -350,9 +350,48 @@ impl Sink for Staging<'_> {
         // memory is always allowed.
         unsafe {
             let dst = self.words.as_mut_ptr().cast::<u8>().add(self.at);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+            copy_short(bytes, dst);
         }
         self.at += bytes.len();
+    }
+}
+
+/// Copies `src` to `dst`: the short strings of an event (names, keys,
+/// numbers) inline, with two loads and two stores that overlap when the
+/// length is not a power of two, rather than a call to `memcpy`.
+///
+/// # Safety
+/// `dst` is valid for writing `src.len()` bytes and does not overlap `src`.
+#[inline(always)]
+unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    let n = src.len();
+    let p = src.as_ptr();
+    // SAFETY: in every arm, each read is of `src`'s own bytes (offsets below
+    // `n`), each write of `dst`'s first `n` bytes; unaligned reads and
+    // writes are used, so no alignment is assumed.
+    unsafe {
+        match n {
+            8..=16 => {
+                let a = p.cast::<u64>().read_unaligned();
+                let b = p.add(n - 8).cast::<u64>().read_unaligned();
+                dst.cast::<u64>().write_unaligned(a);
+                dst.add(n - 8).cast::<u64>().write_unaligned(b);
+            }
+            4..=7 => {
+                let a = p.cast::<u32>().read_unaligned();
+                let b = p.add(n - 4).cast::<u32>().read_unaligned();
+                dst.cast::<u32>().write_unaligned(a);
+                dst.add(n - 4).cast::<u32>().write_unaligned(b);
+            }
+            1..=3 => {
+                // First, middle (or first again) and last byte.
+                *dst = *p;
+                *dst.add(n / 2) = *p.add(n / 2);
+                *dst.add(n - 1) = *p.add(n - 1);
+            }
+            0 => {}
+            _ => std::ptr::copy_nonoverlapping(p, dst, n),
+        }
     }
 }
 
@@ -367,6 +406,12 @@ pub(super) fn stage<'w, F: TypedFields + ?Sized>(
 ) -> Result<&'w [u64], EncodeError> {
     let payload = event.provider.len() + event.name.len() + event.message.len() + fields_len;
     let n = words.len();
+    // The padding: the last word zeroed first, its front then overwritten
+    // by the payload's last bytes (padding is under a word, so all of it
+    // lies in the last word).
+    if let Some(last) = words.last_mut() {
+        last.write(0);
+    }
     let mut s = Staging {
         words,
         at: 0,
@@ -376,17 +421,16 @@ pub(super) fn stage<'w, F: TypedFields + ?Sized>(
     s.put(event.name.as_bytes());
     s.put(event.message.as_bytes());
     fields.write_to(&mut s);
-    let pad = n * 8 - payload.min(n * 8);
-    s.put(&[0u8; 8][..pad.min(8)]);
-    if s.overflow || s.at != n * 8 || pad >= 8 {
+    if s.overflow || s.at != payload || payload > n * 8 || n * 8 - payload >= 8 {
         return Err(EncodeError::TooLarge {
             len: payload,
             max: n * 8,
         });
     }
-    // SAFETY: `at == n * 8`, so every byte of the `n` words was written
-    // (front to back, without gaps) and each word is an initialised u64;
-    // the slice borrows `words` for as long as the result lives.
+    // SAFETY: bytes 0..payload were written front to back without gaps,
+    // and the rest (under a word) lies in the last word, zeroed first: so
+    // each of the `n` words is an initialised u64; the slice borrows
+    // `words` for as long as the result lives.
     Ok(unsafe { std::slice::from_raw_parts(s.words.as_ptr().cast::<u64>(), n) })
 }
 

@@ -271,3 +271,27 @@ fn unknown_record_flags_are_corrupt() {
     words[R_CHECKSUM] = checksum(words[R_STATE], &words[R_TS..]);
     assert_eq!(record(&words), Err(RecordFault::Flags(0x80)));
 }
+
+#[test]
+fn every_short_length_is_copied_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = Geometry::new(16 * 1024, 4).unwrap();
+    let ring = Arc::new(Ring::create(&dir.path().join("cpu-000.ring"), g, 0).unwrap());
+    let text: String = ('a'..='z').chain('A'..='Z').collect();
+    for len in 0..=40 {
+        let s = &text[..len];
+        ring.emit_typed(&event(s), &[Field::new(s, Value::Str(s))])
+            .unwrap();
+    }
+    let mut reader = RingReader::new(ring);
+    for len in 0..=40 {
+        let s = &text[..len];
+        match reader.poll() {
+            Some(RingItem::Event { event: got, .. }) => {
+                assert_eq!(got.message, s);
+                assert_eq!(got.fields, format!(r#"{{"{s}":"{s}"}}"#));
+            }
+            other => panic!("{len}: {other:?}"),
+        }
+    }
+}
