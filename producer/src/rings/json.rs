@@ -15,12 +15,24 @@ use std::ops::Range;
 pub struct Fields {
     out: String,
     keys: Vec<Range<usize>>,
+    /// The writer promised no key repeats ([`Fields::assume_unique_keys`]):
+    /// keys are not compared.
+    unique: bool,
 }
 
 impl Fields {
     pub fn clear(&mut self) {
         self.out.clear();
         self.keys.clear();
+        self.unique = false;
+    }
+
+    /// Until the next [`Fields::clear`], the keys written are known to be
+    /// unique (the caller left repeats out itself, with a hash set): they
+    /// are not compared with the ones before, which costs time in the
+    /// square of their number.
+    pub fn assume_unique_keys(&mut self) {
+        self.unique = true;
     }
 
     /// Whether no entry was written.
@@ -51,10 +63,11 @@ impl Fields {
         self.out.push('"');
         let _ = Escaping(&mut self.out).write_str(key);
         let end = self.out.len();
-        let repeat = self
-            .keys
-            .iter()
-            .any(|r| self.out[r.clone()] == self.out[start..end]);
+        let repeat = !self.unique
+            && self
+                .keys
+                .iter()
+                .any(|r| self.out[r.clone()] == self.out[start..end]);
         if repeat {
             self.out.truncate(mark);
             return false;

@@ -302,12 +302,25 @@ pub fn validate(bytes: &[u8]) -> Result<(), Malformed> {
     entries(bytes).try_for_each(|e| e.map(drop))
 }
 
+/// Entries past which [`to_json`] finds repeated keys with a hash set
+/// rather than by comparing each key with those before it: a record may
+/// hold thousands of entries, and its producer may be hostile.
+const KEYS_COMPARED_MAX: usize = 64;
+
 /// Writes a typed payload as the JSON object text the formatted path would
 /// have stored (into `out`, cleared first; finished).
 pub fn to_json(bytes: &[u8], out: &mut Fields) -> Result<(), Malformed> {
     out.clear();
+    let count = entries(bytes).try_fold(0usize, |n, e| e.map(|_| n + 1))?;
+    let mut seen = (count > KEYS_COMPARED_MAX).then(|| {
+        out.assume_unique_keys();
+        std::collections::HashSet::with_capacity(count)
+    });
     for entry in entries(bytes) {
         let Field { key, value } = entry?;
+        if seen.as_mut().is_some_and(|seen| !seen.insert(key)) {
+            continue;
+        }
         match value {
             Value::I64(v) => out.i64(key, v),
             Value::U64(v) => out.u64(key, v),

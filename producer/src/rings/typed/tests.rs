@@ -295,3 +295,30 @@ fn every_short_length_is_copied_whole() {
         }
     }
 }
+
+#[test]
+fn many_keys_keep_the_first_of_each_as_few_do() {
+    // Past KEYS_COMPARED_MAX entries repeats are found with a hash set;
+    // the object is the one the formatted path writes.
+    let keys: Vec<String> = (0..300).map(|i| format!("k{}", i % 150)).collect();
+    let mut e = Encoder::default();
+    let mut formatted = Fields::default();
+    for (i, k) in keys.iter().enumerate() {
+        e.u64(k, i as u64);
+        formatted.u64(k, i as u64);
+    }
+    let mut typed = Fields::default();
+    to_json(e.encoded().0, &mut typed).unwrap();
+    assert_eq!(typed.text(), formatted.finish());
+    assert!(typed.text().contains(r#""k0":0,"#) && !typed.text().contains(":150"));
+    // The set is gone with the next object: a repeat is found again.
+    to_json(
+        &encode(&[
+            Field::new("a", Value::U64(1)),
+            Field::new("a", Value::U64(2)),
+        ]),
+        &mut typed,
+    )
+    .unwrap();
+    assert_eq!(typed.text(), r#"{"a":1}"#);
+}
