@@ -26,11 +26,6 @@ const FN_LINES_MAX: usize = 70;
 /// why).
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "perf/src/exportbench.rs",
-        "every export scenario with its own options and report; the harness is to become one \
-         runner with a module per scenario",
-    ),
-    (
         "perf/src/fieldsbench.rs",
         "the structured-fields scenario and its report; as exportbench.rs",
     ),
@@ -46,11 +41,11 @@ const LONG_FILES: &[(&str, &str)] = &[
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/ceiling.rs", "run_with", PERF),
     ("perf/src/clients.rs", "run", PERF),
-    ("perf/src/exportbench.rs", "export_run", PERF),
-    ("perf/src/exportbench.rs", "lag_run", PERF),
-    ("perf/src/exportbench.rs", "ingest", PERF),
-    ("perf/src/exportbench.rs", "run", PERF),
-    ("perf/src/exportbench.rs", "print_tables", PERF),
+    ("perf/src/export/export_run.rs", "export_run", PERF),
+    ("perf/src/export/lag.rs", "lag_run", PERF),
+    ("perf/src/export/ingest.rs", "ingest", PERF),
+    ("perf/src/export/scenario.rs", "run", PERF),
+    ("perf/src/export/report.rs", "print_tables", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),

@@ -18,7 +18,7 @@
 mod ceiling;
 mod cli;
 mod clients;
-mod exportbench;
+mod export;
 mod fieldsbench;
 mod hostbench;
 mod limitsbench;
@@ -90,7 +90,7 @@ enum Scenario {
     /// Export into a private ClickHouse cluster beside ClickHouse's bare
     /// insert rate: rows/s by format and ExportBatchRows, ingest with
     /// export on and off, export lag at half rate, CPU per row.
-    Export(exportbench::Args),
+    Export(export::Args),
     /// eventd as on a bigger machine: N simulated rings × StorageShards:
     /// start-up, threads, RSS, descriptors, events/s beside the ceiling,
     /// p99, and concurrent queries while it runs. Always the eventd binary.
@@ -144,7 +144,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Query(a) => scenarios::run_query_bench(&a)?,
         Scenario::Syslog(a) => scenarios::run_syslog_bench(&a)?,
         Scenario::Clients(a) => clients::main(&a)?,
-        Scenario::Export(a) => exportbench::main(&a)?,
+        Scenario::Export(a) => export::main(&a)?,
         Scenario::Scale(a) => scale::main(&a)?,
         Scenario::Fields(a) => fieldsbench::main(&a)?,
         Scenario::HostSources(a) => hostbench::main(&a)?,
