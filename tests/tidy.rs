@@ -26,10 +26,6 @@ const FN_LINES_MAX: usize = 70;
 /// why).
 const LONG_FILES: &[(&str, &str)] = &[
     (
-        "perf/src/fieldsbench.rs",
-        "the structured-fields scenario and its report; as exportbench.rs",
-    ),
-    (
         "perf/src/syslogbench.rs",
         "the syslog scenario and every peer daemon's set-up; as exportbench.rs",
     ),

@@ -19,7 +19,7 @@ mod ceiling;
 mod cli;
 mod clients;
 mod export;
-mod fieldsbench;
+mod fields;
 mod hostbench;
 mod limitsbench;
 mod limitsdaemon;
@@ -99,7 +99,7 @@ enum Scenario {
     /// (QueryIndexes) costs at insert (ceiling, realistic rows, eventd) and
     /// saves at query: time to the first and the 100th result through the
     /// eventd binary, with and without indexes.
-    Fields(fieldsbench::Args),
+    Fields(fields::Args),
     /// The host's own sources: kernel records (/dev/kmsg) read and stored
     /// beside syslog datagrams, and the CPU per captured line of
     /// `eventctl run` beside `systemd-cat` into journald and `logger`
@@ -146,7 +146,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Clients(a) => clients::main(&a)?,
         Scenario::Export(a) => export::main(&a)?,
         Scenario::Scale(a) => scale::main(&a)?,
-        Scenario::Fields(a) => fieldsbench::main(&a)?,
+        Scenario::Fields(a) => fields::main(&a)?,
         Scenario::HostSources(a) => hostbench::main(&a)?,
         Scenario::Limits(a) => limitsbench::main(&a)?,
     };
