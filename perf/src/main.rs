@@ -32,7 +32,7 @@ mod runner;
 mod running;
 mod scale;
 mod scenarios;
-mod syslogbench;
+mod syslog;
 mod syslogfloor;
 mod system;
 

@@ -5,7 +5,7 @@
 use crate::cli::{Binary, Common, EventBytes, Output, System};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome};
-use crate::{ceiling, querybench, report, runner, syslogbench};
+use crate::{ceiling, querybench, report, runner, syslog};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -400,7 +400,7 @@ pub(crate) struct SyslogArgs {
         value_delimiter = ',',
         default_value = "eventd,floor,rsyslog,journald,syslog-ng"
     )]
-    peers: Vec<syslogbench::Peer>,
+    peers: Vec<syslog::Peer>,
     /// eventd's configuration file (default: the embedded defaults with
     /// rate limits off, as the peers run).
     #[arg(long)]
@@ -411,12 +411,12 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
     let work = &args.common.output.work()?;
     let eventd = &args.binary.path()?;
     let repeat = args.common.repeat;
-    let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
+    let mut all: Vec<Vec<syslog::PeerRun>> = Vec::new();
     for round in 0..repeat.max(1) {
         if repeat > 1 {
             eprintln!("round {}", round + 1);
         }
-        all.push(syslogbench::run(
+        all.push(syslog::run(
             &args.peers,
             args.messages,
             work,
@@ -443,7 +443,7 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
                 r.stored_per_s,
                 r.cpu_s_per_million
                     .map_or("n/a".to_string(), |c| format!("{c:.2}")),
-                syslogbench::stages_text(&r.cpu_by_stage),
+                syslog::stages_text(&r.cpu_by_stage),
                 r.stored,
                 r.lost,
                 r.seconds,
@@ -458,11 +458,11 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
     let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
     let eventd_rate = last
         .iter()
-        .find(|r| r.peer == syslogbench::Peer::Eventd)
+        .find(|r| r.peer == syslog::Peer::Eventd)
         .map_or(0.0, |r| r.stored_per_s);
     let best_peer = last
         .iter()
-        .filter(|r| !matches!(r.peer, syslogbench::Peer::Eventd | syslogbench::Peer::Floor))
+        .filter(|r| !matches!(r.peer, syslog::Peer::Eventd | syslog::Peer::Floor))
         .map(|r| r.stored_per_s)
         .fold(0.0, f64::max);
     Ok(format!(

@@ -1,4 +1,5 @@
-//! ClickHouse's bare insert of the exporter's own batches: the ceiling each export run is judged against.
+//! ClickHouse's bare insert of the exporter's own batches: the ceiling each
+//! export run is judged against.
 
 use super::ch::Ch;
 use super::encoding;

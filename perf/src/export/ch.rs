@@ -1,4 +1,5 @@
-//! The private ClickHouse cluster of the export scenario: its start, databases, waits, counts and CPU.
+//! The private ClickHouse cluster of the export scenario: its start, databases,
+//! waits, counts and CPU.
 
 use super::options::CpuSplit;
 use crate::system::stat_cpu_ns;

@@ -1,4 +1,5 @@
-//! One export run: eventd with `ExportUrl` set on a filled store, timed until every file is exported.
+//! One export run: eventd with `ExportUrl` set on a filled store, timed until
+//! every file is exported.
 
 use super::ch::Ch;
 use super::store::{Filled, StoreFile};

@@ -1,4 +1,5 @@
-//! Export lag at half the ingest rate: the oldest stored event ClickHouse has not confirmed, sampled.
+//! Export lag at half the ingest rate: the oldest stored event ClickHouse has
+//! not confirmed, sampled.
 
 use super::ch::Ch;
 use super::export_run::{export_point, exported};

@@ -1,4 +1,5 @@
-//! An export run beside the bare insert of the same rows, and the choices made from the pairs.
+//! An export run beside the bare insert of the same rows, and the choices made
+//! from the pairs.
 
 use super::export_run::RunFigures;
 use super::BATCH_DEFAULT;

@@ -1,4 +1,5 @@
-//! The day of events the fields scenario stores and queries: seeded rows, their providers, units and words, and where the rare ones are.
+//! The day of events the fields scenario stores and queries: seeded rows, their
+//! providers, units and words, and where the rare ones are.
 
 use crate::load::Sizes;
 use rand::rngs::SmallRng;

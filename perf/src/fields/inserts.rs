@@ -1,4 +1,5 @@
-//! What each query index costs at insert: the bare-SQLite ceiling, the scenario's rows, and eventd flat out.
+//! What each query index costs at insert: the bare-SQLite ceiling, the
+//! scenario's rows, and eventd flat out.
 
 use super::data::{Day, Row, Rows, MESSAGE_BYTES};
 use super::shards::{ceiling_sql, fill, labels, parse_all, work_dir};

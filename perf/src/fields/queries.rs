@@ -1,4 +1,5 @@
-//! The queries of the scenario, timed over eventd's query socket with and without query indexes.
+//! The queries of the scenario, timed over eventd's query socket with and
+//! without query indexes.
 
 use super::data::{
     Day, COMMON_PROVIDER, DAY_NS, MINUTE_NS, RARE_PROVIDER, RARE_WORD, UNIT_QUERIED,

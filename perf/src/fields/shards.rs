@@ -1,4 +1,5 @@
-//! Shard files of the scenario's rows: opened with a set of query indexes, filled in parallel, measured.
+//! Shard files of the scenario's rows: opened with a set of query indexes,
+//! filled in parallel, measured.
 
 use super::data::{Day, Row, Rows};
 use super::THREADS;

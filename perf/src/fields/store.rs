@@ -1,4 +1,5 @@
-//! The day-long store, filled without query indexes, and each candidate index built over it.
+//! The day-long store, filled without query indexes, and each candidate index
+//! built over it.
 
 use super::data::{Day, Rows};
 use super::shards::{dir_bytes, fill, on_shards, parse_all};
