@@ -4,6 +4,7 @@
 //! says what to print; how often, how it is summarised and how it is
 //! written is here.
 
+use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::ops::Range;
@@ -37,22 +38,43 @@ impl Machine {
     }
 }
 
-/// Runs every point `repeat` times (at least once), the whole list again
-/// each round (A B C A B C ...), so slow drifts of a shared machine spread
-/// over every point. `run` gets the round (from 1) and the point; the
-/// result holds each point's runs in round order.
-pub fn rounds<P, O>(
+/// The order of the points within each round of [`interleave`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The list as given every round (A B C A B C ...).
+    Same,
+    /// The list as given, then reversed, by turns (A B C C B A ...), so
+    /// that no point always runs first or right after another.
+    Alternate,
+}
+
+/// Runs every point `repeat` times (at least once), each once per round,
+/// the whole list again each round, so slow drifts of a shared machine
+/// spread over every point. `run` gets the round (from 1) and the point;
+/// the result holds each point's samples, in its order in `points`, each
+/// in round order.
+pub fn interleave<P, O>(
     points: &[P],
     repeat: usize,
+    order: Order,
     mut run: impl FnMut(usize, &P) -> anyhow::Result<O>,
 ) -> anyhow::Result<Vec<Vec<O>>> {
-    let mut runs: Vec<Vec<O>> = points.iter().map(|_| Vec::new()).collect();
+    let mut samples: Vec<Vec<O>> = points.iter().map(|_| Vec::new()).collect();
     for round in 1..=repeat.max(1) {
-        for (point, runs) in points.iter().zip(&mut runs) {
-            runs.push(run(round, point)?);
+        let reversed = order == Order::Alternate && round % 2 == 0;
+        for k in 0..points.len() {
+            let i = if reversed { points.len() - 1 - k } else { k };
+            let sample = run(round, &points[i])?;
+            samples[i].push(sample);
         }
     }
-    Ok(runs)
+    Ok(samples)
+}
+
+/// The value at quantile `q` (0 to 1) of a histogram: every percentile a
+/// scenario reports is read here.
+pub fn percentile(histogram: &Histogram<u64>, q: f64) -> u64 {
+    histogram.value_at_quantile(q)
 }
 
 /// The median of `values`: the upper middle one of an even count, so it

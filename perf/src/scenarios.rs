@@ -231,7 +231,8 @@ fn run_rounds(
     progress: &indicatif::ProgressBar,
     mut run: impl FnMut(&str, Knobs) -> anyhow::Result<Outcome>,
 ) -> anyhow::Result<(Vec<Outcome>, Vec<Outcome>)> {
-    let runs = runner::rounds(points, repeat, |round, (label, knobs)| {
+    let order = runner::Order::Same;
+    let runs = runner::interleave(points, repeat, order, |round, (label, knobs)| {
         let o = run(label, *knobs)?;
         progress.suspend(|| {
             eprintln!(

@@ -7,6 +7,7 @@ use super::store::store_files;
 use super::{BATCH_DEFAULT, PATIENCE};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs};
+use crate::runner;
 use crate::system::{Producers, Running};
 use anyhow::Context;
 use eventd::export::format::Format;
@@ -128,7 +129,7 @@ pub(super) fn lag_run(
             "lag at {rate}/s: {:.0}/{:.0} s, p99 {:.0} ms",
             start.elapsed().as_secs_f64(),
             duration.as_secs_f64(),
-            by_cursor.value_at_quantile(0.99) as f64 / 1000.0
+            runner::percentile(&by_cursor, 0.99) as f64 / 1000.0
         ));
     }
     let (emitted, _) = producers.stop()?;
@@ -155,7 +156,7 @@ pub(super) fn lag_run(
     drop(rings);
     running.stop()?;
     let events: u64 = files.iter().map(|f| f.events as u64).sum();
-    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let ms = |h: &Histogram<u64>, q: f64| runner::percentile(h, q) as f64 / 1000.0;
     let rows_in_clickhouse = ch.wait_count(&db, Table::Events, events)?;
     ch.drop_database(&db)?;
     Ok(LagFigures {

@@ -97,40 +97,42 @@ pub(crate) fn run(
     // Each point `--repeat` times, the rounds interleaved: the bare rate of
     // one point moved by up to 1.35x within minutes on this machine, so
     // the ratio is judged by its median over rounds.
-    let rounds: Vec<(usize, Format, u64)> = (0..args.common.repeat.max(1))
-        .flat_map(|round| points.iter().map(move |&(f, b)| (round + 1, f, b)))
-        .collect();
     let mut pairs = Vec::new();
-    for (round, format, batch) in rounds {
-        progress.set_message(format!("bare {} {batch}", format.name()));
-        let (bodies, encode_secs) = encode_all(&filled.files, format, batch)?;
-        let bare_encoded = bare(&mut ch, &filled, format, batch, Some(&bodies))?;
-        drop(bodies);
-        progress.set_message(format!(
-            "bare {} {batch}, reading in the loop",
-            format.name()
-        ));
-        let bare_inline = bare(&mut ch, &filled, format, batch, None)?;
-        let mut export = export_run(
-            &mut ch,
-            setup,
-            &filled,
-            (format, batch, args.export_nice),
-            &progress,
-        )?;
-        export.batches = export.batches.max(1);
-        let p = Pair {
-            round,
-            format,
-            batch_rows: batch,
-            ratio: export.rows_per_s / bare_encoded.rows_per_s,
-            ratio_inline: export.rows_per_s / bare_inline.rows_per_s,
-            export,
-            bare: bare_encoded,
-            bare_inline,
-            read_encode_rows_per_s: filled.rows() as f64 / encode_secs,
-        };
-        progress.suspend(|| {
+    let order = runner::Order::Same;
+    runner::interleave(
+        &points,
+        args.common.repeat,
+        order,
+        |round, &(format, batch)| {
+            progress.set_message(format!("bare {} {batch}", format.name()));
+            let (bodies, encode_secs) = encode_all(&filled.files, format, batch)?;
+            let bare_encoded = bare(&mut ch, &filled, format, batch, Some(&bodies))?;
+            drop(bodies);
+            progress.set_message(format!(
+                "bare {} {batch}, reading in the loop",
+                format.name()
+            ));
+            let bare_inline = bare(&mut ch, &filled, format, batch, None)?;
+            let mut export = export_run(
+                &mut ch,
+                setup,
+                &filled,
+                (format, batch, args.export_nice),
+                &progress,
+            )?;
+            export.batches = export.batches.max(1);
+            let p = Pair {
+                round,
+                format,
+                batch_rows: batch,
+                ratio: export.rows_per_s / bare_encoded.rows_per_s,
+                ratio_inline: export.rows_per_s / bare_inline.rows_per_s,
+                export,
+                bare: bare_encoded,
+                bare_inline,
+                read_encode_rows_per_s: filled.rows() as f64 / encode_secs,
+            };
+            progress.suspend(|| {
             eprintln!(
                 "[{:3.0} s] round {round}, {} {batch}: export {:.0} rows/s, bare {:.0} rows/s (ratio {:.2}), bare reading \
                  in the loop {:.0} rows/s (ratio {:.2}); export CPU {:.0} ns/row; files per worker \
@@ -151,8 +153,10 @@ pub(crate) fn run(
                 p.bare.rows
             )
         });
-        pairs.push(p);
-    }
+            pairs.push(p);
+            Ok(())
+        },
+    )?;
     let ingest = ingest(&mut ch, args, setup, sizes, &work, &progress)?;
     let ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
     let median = runner::median(&ratios);
