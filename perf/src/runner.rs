@@ -279,14 +279,43 @@ mod tests {
     }
 
     #[test]
-    fn rounds_interleave_the_points() {
-        let mut order = Vec::new();
-        let runs = rounds(&['a', 'b'], 2, |round, p| {
-            order.push((round, *p));
+    fn interleave_runs_each_point_once_a_round() {
+        let mut ran = Vec::new();
+        let samples = interleave(&['a', 'b'], 2, Order::Same, |round, p| {
+            ran.push((round, *p));
+            Ok((round, *p))
+        })
+        .unwrap();
+        assert_eq!(ran, [(1, 'a'), (1, 'b'), (2, 'a'), (2, 'b')]);
+        assert_eq!(
+            samples,
+            [vec![(1, 'a'), (2, 'a')], vec![(1, 'b'), (2, 'b')]]
+        );
+    }
+
+    #[test]
+    fn interleave_alternates_the_order_and_runs_at_least_once() {
+        let mut ran = Vec::new();
+        let samples = interleave(&['a', 'b', 'c'], 3, Order::Alternate, |round, p| {
+            ran.push((round, *p));
             Ok(round)
         })
         .unwrap();
-        assert_eq!(order, [(1, 'a'), (1, 'b'), (2, 'a'), (2, 'b')]);
-        assert_eq!(runs, [vec![1, 2], vec![1, 2]]);
+        let order: Vec<char> = ran.iter().map(|r| r.1).collect();
+        assert_eq!(order, ['a', 'b', 'c', 'c', 'b', 'a', 'a', 'b', 'c']);
+        assert_eq!(samples, [vec![1, 2, 3], vec![1, 2, 3], vec![1, 2, 3]]);
+        let once = interleave(&[()], 0, Order::Alternate, |round, _| Ok(round)).unwrap();
+        assert_eq!(once, [vec![1]]);
+    }
+
+    #[test]
+    fn percentile_reads_the_histogram() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in 1..=100u64 {
+            h.record(v).unwrap();
+        }
+        assert_eq!(percentile(&h, 0.5), 50);
+        assert_eq!(percentile(&h, 0.99), 99);
+        assert_eq!(percentile(&h, 1.0), 100);
     }
 }

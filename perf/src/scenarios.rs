@@ -362,14 +362,13 @@ pub(crate) fn run_pragmas(args: &PragmasArgs) -> anyhow::Result<()> {
     let mut results = Vec::new();
     let mut shipped = f64::NAN;
     for (name, adjust) in variants {
-        let mut best = 0f64;
-        for _ in 0..3 {
+        let rates = runner::interleave(&[()], 3, runner::Order::Same, |_, _| {
             let dir = tempfile::Builder::new()
                 .prefix("pragmas-")
                 .tempdir_in(work)?;
-            let rate = ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)?;
-            best = best.max(rate);
-        }
+            ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)
+        })?;
+        let best = rates.into_iter().flatten().fold(0f64, f64::max);
         if shipped.is_nan() {
             shipped = best;
         }
@@ -412,19 +411,15 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
     let work = &args.common.output.work()?;
     let eventd = &args.binary.path()?;
     let repeat = args.common.repeat;
-    let mut all: Vec<Vec<syslog::PeerRun>> = Vec::new();
-    for round in 0..repeat.max(1) {
+    // Every peer once a round (`syslog::run` takes them in turn).
+    let rounds = runner::interleave(&[()], repeat, runner::Order::Same, |round, _| {
         if repeat > 1 {
-            eprintln!("round {}", round + 1);
+            eprintln!("round {round}");
         }
-        all.push(syslog::run(
-            &args.peers,
-            args.messages,
-            work,
-            eventd,
-            args.eventd_config.as_deref(),
-        )?);
-    }
+        let config = args.eventd_config.as_deref();
+        syslog::run(&args.peers, args.messages, work, eventd, config)
+    })?;
+    let all: Vec<Vec<syslog::PeerRun>> = rounds.into_iter().flatten().collect();
     let machine = runner::Machine::describe();
     println!(
         "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",

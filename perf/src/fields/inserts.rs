@@ -7,7 +7,7 @@ use super::{Args, CANDIDATES};
 use crate::ceiling;
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome, PointIndexes};
-use crate::runner::median_midpoint as median;
+use crate::runner::{self, median_midpoint as median};
 use eventd::store::indexes::QueryIndex;
 use serde::Serialize;
 use std::path::Path;
@@ -53,25 +53,24 @@ pub(super) fn insert_costs(
         built: Some(&built),
     };
     let variants = variants()?;
-    let mut samples = vec![(Vec::new(), Vec::new()); variants.len()];
-    for _ in 0..args.common.repeat.max(1) {
-        for ((label, wanted), (c, r)) in variants.iter().zip(&mut samples) {
-            progress.set_message(format!("insert cost: {label}"));
-            c.push(ceiling_rate(work, args, wanted)?);
-            let dir = work_dir(work, "fields-insert-")?;
-            r.push(day.events as f64 / fill(dir.path(), args.day_shards, &rows, wanted)?);
-            progress.suspend(|| {
-                eprintln!(
-                    "insert cost, {label}: ceiling {:.0} rows/s, realistic {:.0} rows/s",
-                    c.last().copied().unwrap_or(f64::NAN),
-                    r.last().copied().unwrap_or(f64::NAN)
-                )
-            });
-        }
-    }
+    let order = runner::Order::Same;
+    let samples = runner::interleave(&variants, args.common.repeat, order, |_, variant| {
+        let (label, wanted) = variant;
+        progress.set_message(format!("insert cost: {label}"));
+        let c = ceiling_rate(work, args, wanted)?;
+        let dir = work_dir(work, "fields-insert-")?;
+        let r = day.events as f64 / fill(dir.path(), args.day_shards, &rows, wanted)?;
+        progress.suspend(|| {
+            eprintln!("insert cost, {label}: ceiling {c:.0} rows/s, realistic {r:.0} rows/s")
+        });
+        Ok((c, r))
+    })?;
     let medians: Vec<(f64, f64)> = samples
         .iter()
-        .map(|(c, r)| (median(c), median(r)))
+        .map(|runs| {
+            let (c, r): (Vec<f64>, Vec<f64>) = runs.iter().copied().unzip();
+            (median(&c), median(&r))
+        })
         .collect();
     let (c0, r0) = medians[0];
     Ok(variants
@@ -120,36 +119,36 @@ pub(super) fn daemon_points(
     let duration = Duration::from_secs_f64(args.duration.unwrap_or(10.0));
     let configs = [eventd::config::query_indexes_default(), Vec::new()];
     let mut points = Vec::new();
-    for _ in 0..args.common.repeat.max(1) {
-        for wanted in &configs {
-            let sql = ceiling_sql(wanted);
-            let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
-            let label = format!("QueryIndexes {}", labels(wanted));
-            let point = pipeline::Point {
-                label: &label,
-                knobs: Knobs::defaults(),
-                mode: Mode::FlatOut,
-                sizes,
-                duration,
-                with_ceiling: true,
-                export: None,
-            };
-            let indexes = PointIndexes {
-                wanted,
-                ceiling_sql: &sql,
-            };
-            let o = pipeline::run_indexed(work, setup, &point, Some(indexes), progress)?;
-            progress.suspend(|| {
-                eprintln!(
-                    "{label}: {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}",
-                    o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost
-                )
-            });
-            points.push(DaemonPoint {
-                indexes: labels(wanted),
-                outcome: o,
-            });
-        }
-    }
+    let order = runner::Order::Same;
+    runner::interleave(&configs, args.common.repeat, order, |_, wanted| {
+        let sql = ceiling_sql(wanted);
+        let sql: Vec<&str> = sql.iter().map(String::as_str).collect();
+        let label = format!("QueryIndexes {}", labels(wanted));
+        let point = pipeline::Point {
+            label: &label,
+            knobs: Knobs::defaults(),
+            mode: Mode::FlatOut,
+            sizes,
+            duration,
+            with_ceiling: true,
+            export: None,
+        };
+        let indexes = PointIndexes {
+            wanted,
+            ceiling_sql: &sql,
+        };
+        let o = pipeline::run_indexed(work, setup, &point, Some(indexes), progress)?;
+        progress.suspend(|| {
+            eprintln!(
+                "{label}: {:.0} events/s, ceiling {:.0}, ratio {:.2}, lost {}",
+                o.events_per_s, o.ceiling_per_s, o.ratio_to_ceiling, o.lost
+            )
+        });
+        points.push(DaemonPoint {
+            indexes: labels(wanted),
+            outcome: o,
+        });
+        Ok(())
+    })?;
     Ok(points)
 }

@@ -6,7 +6,7 @@ use super::data::{
 };
 use super::shards::{labels, on_shards, parse_all};
 use super::{LIMIT, QUERIED, RUNS};
-use crate::runner::median_midpoint as median;
+use crate::runner::{self, median_midpoint as median};
 use crate::system::{Running, SystemKind};
 use anyhow::{bail, Context};
 use eventd::config::ConfigFile;
@@ -207,9 +207,11 @@ fn time_queries(
                 limit: Some(LIMIT as u64),
                 ..q.filter.clone()
             };
-            let runs = (0..RUNS)
-                .map(|_| time_query(socket, &filter))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            // Back to back: the first run cold, the others warm.
+            let runs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| {
+                time_query(socket, &filter)
+            })?;
+            let runs = runs.into_iter().flatten().collect();
             out.push(summarise(&q, order, config, runs));
         }
     }
