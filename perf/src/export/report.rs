@@ -7,7 +7,8 @@ use super::options::{Args, CpuSplit};
 use super::pairs::{median_pair, Pair};
 use super::store::Filled;
 use super::BATCH_DEFAULT;
-use crate::runner;
+use crate::{pipeline, runner};
+use anyhow::Context;
 use eventd::export::format::Format;
 use serde::Serialize;
 
@@ -29,6 +30,35 @@ pub(super) struct ExportReportFile<'a> {
     /// everything else; both empty when all share every CPU.
     pub(super) cluster_cpus: Vec<u32>,
     pub(super) client_cpus: Vec<u32>,
+}
+
+impl<'a> ExportReportFile<'a> {
+    pub(super) fn new(
+        ch: &Ch,
+        setup: &pipeline::Setup,
+        filled: &Filled,
+        host_shard: String,
+        (pairs, ingest, lag): (&'a [Pair], &'a [IngestFigures], &'a LagFigures),
+        choice: u64,
+    ) -> ExportReportFile<'a> {
+        let cpus = |pick: fn(&CpuSplit) -> &Vec<u32>| ch.split.as_ref().map(pick).cloned();
+        ExportReportFile {
+            clickhouse: ch.version.clone(),
+            shards: ch.cluster.shards(),
+            replicas: ch.cluster.replicas(),
+            host_shard,
+            system: setup.system.clone(),
+            fill_events: filled.events,
+            fill_gaps: filled.gaps,
+            fill_events_per_s: filled.events_per_s,
+            pairs,
+            ingest,
+            lag,
+            batch_rows_choice: choice,
+            cluster_cpus: cpus(|s| &s.cluster).unwrap_or_default(),
+            client_cpus: cpus(|s| &s.client).unwrap_or_default(),
+        }
+    }
 }
 
 // Longer than the ~70 lines a function should be: the scenario's tables,
@@ -243,4 +273,44 @@ fn print_summary(pairs: &[Pair], ingest: &[IngestFigures]) {
             );
         }
     }
+}
+
+/// The scenario's machine-readable summary line.
+pub(super) fn summary_line(
+    pairs: &[Pair],
+    ingest: &[IngestFigures],
+    lag: &LagFigures,
+    choice: u64,
+) -> anyhow::Result<String> {
+    let ratios: Vec<f64> = ingest.iter().map(|r| r.ratio).collect();
+    let median = runner::median(&ratios);
+    let niced: Vec<f64> = ingest.iter().map(|r| r.ratio_cluster_niced).collect();
+    let median_niced = runner::median(&niced);
+    let headline = median_pair(pairs, Format::RowBinary)
+        .or(pairs.first())
+        .context("no export point")?;
+    let json_pair = median_pair(pairs, Format::JsonEachRow);
+    let lost_rows: u64 = pairs
+        .iter()
+        .map(|p| {
+            [&p.export, &p.bare, &p.bare_inline]
+                .iter()
+                .map(|r| r.rows.abs_diff(r.rows_in_clickhouse))
+                .sum::<u64>()
+        })
+        .sum::<u64>()
+        + lag.stored.abs_diff(lag.rows_in_clickhouse);
+    Ok(format!(
+        "export_rows_per_s={:.0} bare_rows_per_s={:.0} export_ratio_to_bare={:.2} \
+         json_to_rowbinary={:.2} ingest_on_to_off={median:.2} \
+         ingest_on_to_off_cluster_niced={median_niced:.2} lag_p99_ms={:.0} \
+         cpu_ns_per_row={:.0} batch_rows_choice={choice} mismatched_rows={lost_rows}",
+        headline.export.rows_per_s,
+        headline.bare.rows_per_s,
+        headline.ratio,
+        json_pair.map_or(f64::NAN, |j| j.export.rows_per_s
+            / headline.export.rows_per_s),
+        lag.cursor_lag_ms_p99,
+        headline.export.client_cpu_ns_per_row,
+    ))
 }
