@@ -34,7 +34,6 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/clients.rs", "run", PERF),
     ("perf/src/export/export_run.rs", "export_run", PERF),
     ("perf/src/export/lag.rs", "lag_run", PERF),
-    ("perf/src/export/report.rs", "print_tables", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),
