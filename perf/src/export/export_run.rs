@@ -85,8 +85,6 @@ pub(super) fn exported(report: &ExportReport, files: &[StoreFile]) -> (u64, bool
     (rows, all)
 }
 
-// Longer than the ~70 lines a function should be: one timed run (set-up,
-// start, the polling loop, the figures), in the order it runs.
 /// eventd started on the filled store with export on (a new database, no
 /// export state), timed until its status shows every row exported.
 pub(super) fn export_run(
@@ -108,6 +106,60 @@ pub(super) fn export_run(
     let server0 = ch.cpu_ns();
     let start = Instant::now();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
+    let watched = watch(&running, filled, start, (format, batch), progress)?;
+    let secs = start.elapsed().as_secs_f64();
+    let (threads_ns, process_ns) = running.export_cpu_ns();
+    let server_ns = ch.cpu_ns() - server0;
+    running.stop()?;
+    let rows = filled.rows();
+    let landed = ch.wait_count(&db, Table::Events, filled.events)?
+        + ch.wait_count(&db, Table::Gaps, filled.gaps)?;
+    ch.drop_database(&db)?;
+    let per_row = |ns: u64| ns as f64 / rows as f64;
+    Ok(RunFigures {
+        rows,
+        secs,
+        rows_per_s: rows as f64 / secs,
+        server_cpu_ns_per_row: per_row(server_ns),
+        client_cpu_ns_per_row: per_row(threads_ns),
+        process_cpu_ns_per_row: process_ns.map(per_row),
+        first_batch_secs: watched.first_batch,
+        steady_rows_per_s: steady_rate(&watched.timeline, &filled.files, batch),
+        files_per_worker: files_per_worker(&filled.files),
+        file_done_secs: watched
+            .file_done
+            .iter()
+            .map(|d| d.unwrap_or(secs))
+            .collect(),
+        batches: (watched.report.shards)
+            .iter()
+            .map(|s| s.events.batches_sent + s.gaps.batches_sent)
+            .sum(),
+        rows_in_clickhouse: landed,
+    })
+}
+
+/// What the polling of one export run saw.
+struct Watched {
+    /// The export status that showed every row exported.
+    report: ExportReport,
+    /// Seconds from the start to the first confirmed batch.
+    first_batch: Option<f64>,
+    /// Seconds from the start to each file's last row confirmed.
+    file_done: Vec<Option<f64>>,
+    /// Seconds and rows exported at each poll.
+    timeline: Vec<(f64, u64)>,
+}
+
+/// Polls eventd's export status every 20 ms until every file's rows are
+/// exported (at most [`PATIENCE`]).
+fn watch(
+    running: &Running,
+    filled: &Filled,
+    start: Instant,
+    (format, batch): (Format, u64),
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<Watched> {
     let mut first_batch = None;
     let mut file_done: Vec<Option<f64>> = vec![None; filled.files.len()];
     let mut timeline: Vec<(f64, u64)> = Vec::new();
@@ -144,43 +196,24 @@ pub(super) fn export_run(
         ));
         std::thread::sleep(Duration::from_millis(20));
     };
-    let secs = start.elapsed().as_secs_f64();
-    let (threads_ns, process_ns) = running.export_cpu_ns();
-    let server_ns = ch.cpu_ns() - server0;
-    running.stop()?;
-    let rows = filled.rows();
-    let landed = ch.wait_count(&db, Table::Events, filled.events)?
-        + ch.wait_count(&db, Table::Gaps, filled.gaps)?;
-    ch.drop_database(&db)?;
-    let per_row = |ns: u64| ns as f64 / rows as f64;
-    Ok(RunFigures {
-        rows,
-        secs,
-        rows_per_s: rows as f64 / secs,
-        server_cpu_ns_per_row: per_row(server_ns),
-        client_cpu_ns_per_row: per_row(threads_ns),
-        process_cpu_ns_per_row: process_ns.map(per_row),
-        first_batch_secs: first_batch,
-        steady_rows_per_s: steady_rate(&timeline, &filled.files, batch),
-        files_per_worker: {
-            let workers = filled.files.len().clamp(1, eventd::export::WORKERS_MAX);
-            let mut n = vec![0; workers];
-            for f in &filled.files {
-                n[eventd::export::worker::owner(
-                    &eventd::export::worker::file_name(&f.path),
-                    workers,
-                )] += 1;
-            }
-            n
-        },
-        file_done_secs: file_done.iter().map(|d| d.unwrap_or(secs)).collect(),
-        batches: report
-            .shards
-            .iter()
-            .map(|s| s.events.batches_sent + s.gaps.batches_sent)
-            .sum(),
-        rows_in_clickhouse: landed,
+    Ok(Watched {
+        report,
+        first_batch,
+        file_done,
+        timeline,
     })
+}
+
+/// How many of the files each export worker has (the workers' own
+/// assignment).
+fn files_per_worker(files: &[StoreFile]) -> Vec<usize> {
+    let workers = files.len().clamp(1, eventd::export::WORKERS_MAX);
+    let mut n = vec![0; workers];
+    for f in files {
+        let name = eventd::export::worker::file_name(&f.path);
+        n[eventd::export::worker::owner(&name, workers)] += 1;
+    }
+    n
 }
 
 /// The export rate between the first confirmed batch and the moment
