@@ -32,7 +32,6 @@ const LONG_FILES: &[(&str, &str)] = &[];
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/ceiling.rs", "run_with", PERF),
     ("perf/src/clients.rs", "run", PERF),
-    ("perf/src/export/lag.rs", "lag_run", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),

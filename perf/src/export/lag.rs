@@ -3,7 +3,7 @@
 
 use super::ch::Ch;
 use super::export_run::{export_point, exported};
-use super::store::store_files;
+use super::store::{store_files, StoreFile};
 use super::{BATCH_DEFAULT, PATIENCE};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs};
@@ -15,7 +15,7 @@ use eventd::export::source::ShardSource;
 use eventd::export::state::Table;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Lag samples, µs.
@@ -67,8 +67,6 @@ pub(super) struct LagFigures {
     pub(super) rows_in_clickhouse: u64,
 }
 
-// Longer than the ~70 lines a function should be: one timed phase (start,
-// paced load with a sampler, drain, catch-up, check), in the order it runs.
 /// The paced load with export on, its lag sampled every 100 ms.
 pub(super) fn lag_run(
     ch: &mut Ch,
@@ -87,10 +85,7 @@ pub(super) fn lag_run(
     ch.wait_quiet();
     let running = Running::start(&setup.system, &setup.eventd, &settings, tunables)?;
     let rings = running.rings()?;
-    let state_path = dir.path().join("export/state.db");
-    let mut state = None;
-    let mut sources: Vec<ShardSource> = Vec::new();
-    let (mut by_cursor, mut by_status) = (lag_histogram()?, lag_histogram()?);
+    let mut sampler = Sampler::new(dir.path().join("export/state.db"))?;
     let start = Instant::now();
     let producers = Producers::start(setup.producers, &rings, Mode::Rate(rate), sizes)?;
     let mut next = start;
@@ -99,63 +94,27 @@ pub(super) fn lag_run(
         if let Some(wait) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        if state.is_none() && state_path.exists() {
-            state = Some(rusqlite::Connection::open_with_flags(
-                &state_path,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )?);
-        }
-        let paths = eventd::store::list_databases(&settings.store_dir)?;
-        if sources.len() != paths.len() {
-            sources = paths
-                .iter()
-                .filter_map(|p| ShardSource::open(p).ok())
-                .collect();
-        }
-        if let Some(state) = &state {
-            let lag = cursor_lag_ns(state, &sources)?;
-            by_cursor.saturating_record((lag / 1000).max(1) as u64);
-        }
-        if let Some(report) = running.export_report()? {
-            let worst = report
-                .shards
-                .iter()
-                .flat_map(|s| [s.events.lag_seconds, s.gaps.lag_seconds])
-                .fold(0f64, f64::max);
-            by_status.saturating_record(((worst * 1e6) as u64).max(1));
-        }
+        sampler.sample(&running, &settings.store_dir)?;
         progress.set_message(format!(
             "lag at {rate}/s: {:.0}/{:.0} s, p99 {:.0} ms",
             start.elapsed().as_secs_f64(),
             duration.as_secs_f64(),
-            runner::percentile(&by_cursor, 0.99) as f64 / 1000.0
+            runner::percentile(&sampler.by_cursor, 0.99) as f64 / 1000.0
         ));
     }
     let (emitted, _) = producers.stop()?;
     let secs = start.elapsed().as_secs_f64();
-    let (stored, lost) = loop {
-        let (stored, lost) = running.progress()?;
-        if stored + lost >= emitted {
-            break (stored, lost);
-        }
-        anyhow::ensure!(start.elapsed() < PATIENCE, "the paced load did not drain");
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let ended = Instant::now();
+    let (stored, lost) = drain(&running, emitted, start)?;
     let files = store_files(&settings.store_dir)?;
-    loop {
-        let report = running.export_report()?.context("export is off")?;
-        if exported(&report, &files).1 {
-            break;
-        }
-        anyhow::ensure!(ended.elapsed() < PATIENCE, "the export did not catch up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let catch_up_secs = ended.elapsed().as_secs_f64();
+    let catch_up_secs = catch_up(&running, &files)?;
     drop(rings);
     running.stop()?;
     let events: u64 = files.iter().map(|f| f.events as u64).sum();
+    let Sampler {
+        by_cursor,
+        by_status,
+        ..
+    } = sampler;
     let ms = |h: &Histogram<u64>, q: f64| runner::percentile(h, q) as f64 / 1000.0;
     let rows_in_clickhouse = ch.wait_count(&db, Table::Events, events)?;
     ch.drop_database(&db)?;
@@ -175,4 +134,85 @@ pub(super) fn lag_run(
         stored,
         rows_in_clickhouse,
     })
+}
+
+/// The lag samples of the paced load: by the exporter's cursor and by the
+/// export status.
+struct Sampler {
+    state_path: PathBuf,
+    /// The exporter's state database, read-only, once it exists.
+    state: Option<rusqlite::Connection>,
+    sources: Vec<ShardSource>,
+    by_cursor: Histogram<u64>,
+    by_status: Histogram<u64>,
+}
+
+impl Sampler {
+    fn new(state_path: PathBuf) -> anyhow::Result<Sampler> {
+        Ok(Sampler {
+            state_path,
+            state: None,
+            sources: Vec::new(),
+            by_cursor: lag_histogram()?,
+            by_status: lag_histogram()?,
+        })
+    }
+
+    /// One sample of each (the cursor's once the state database exists).
+    fn sample(&mut self, running: &Running, store_dir: &Path) -> anyhow::Result<()> {
+        if self.state.is_none() && self.state_path.exists() {
+            self.state = Some(rusqlite::Connection::open_with_flags(
+                &self.state_path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?);
+        }
+        let paths = eventd::store::list_databases(store_dir)?;
+        if self.sources.len() != paths.len() {
+            self.sources = paths
+                .iter()
+                .filter_map(|p| ShardSource::open(p).ok())
+                .collect();
+        }
+        if let Some(state) = &self.state {
+            let lag = cursor_lag_ns(state, &self.sources)?;
+            self.by_cursor.saturating_record((lag / 1000).max(1) as u64);
+        }
+        if let Some(report) = running.export_report()? {
+            let worst = report
+                .shards
+                .iter()
+                .flat_map(|s| [s.events.lag_seconds, s.gaps.lag_seconds])
+                .fold(0f64, f64::max);
+            self.by_status
+                .saturating_record(((worst * 1e6) as u64).max(1));
+        }
+        Ok(())
+    }
+}
+
+/// Waits until eventd has stored or counted lost every event `emitted`.
+fn drain(running: &Running, emitted: u64, start: Instant) -> anyhow::Result<(u64, u64)> {
+    loop {
+        let (stored, lost) = running.progress()?;
+        if stored + lost >= emitted {
+            return Ok((stored, lost));
+        }
+        anyhow::ensure!(start.elapsed() < PATIENCE, "the paced load did not drain");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits until every row of `files` is exported; returns the seconds it
+/// took.
+fn catch_up(running: &Running, files: &[StoreFile]) -> anyhow::Result<f64> {
+    let ended = Instant::now();
+    loop {
+        let report = running.export_report()?.context("export is off")?;
+        if exported(&report, files).1 {
+            return Ok(ended.elapsed().as_secs_f64());
+        }
+        anyhow::ensure!(ended.elapsed() < PATIENCE, "the export did not catch up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
