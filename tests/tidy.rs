@@ -36,7 +36,6 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),
     ("perf/src/scenarios.rs", "run_pragmas", PERF),
-    ("perf/src/syslog/scenario.rs", "run", PERF),
     ("perf/src/system.rs", "start", PERF),
     (
         "src/config/live.rs",

@@ -144,8 +144,6 @@ fn measure(peer: Peer, running: &mut dyn Running, n: u64) -> anyhow::Result<Meas
     })
 }
 
-// Longer than the ~70 lines a function should be: each peer started, measured,
-// checked and stopped in turn, the same steps for every peer.
 /// `eventd_config`: a configuration file for eventd (default: the
 /// embedded defaults with `RateLimitBurst = 0`).
 pub fn run(
@@ -165,50 +163,19 @@ pub fn run(
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         eprintln!("{}: starting", peer.name());
-        let (mut running, stores_into): (Box<dyn Running>, &'static str) = match peer {
-            Peer::Eventd => (
-                Box::new(start_eventd(eventd_binary, &dir, eventd_config)?),
-                "SQLite shards (indexed, queryable)",
-            ),
-            Peer::Floor => (
-                Box::new(crate::syslogfloor::Floor::start(&dir)?),
-                "SQLite, a receiving and a writing thread, nothing else (the floor)",
-            ),
-            Peer::Rsyslog => (Box::new(start_rsyslog(&dir)?), "flat file (omfile)"),
-            Peer::Journald => (Box::new(start_journald(&dir)?), "journal files"),
-            Peer::SyslogNg => (
-                Box::new(start_syslog_ng(&dir, &root)?),
-                "SQLite (sql(), 1000-row batches)",
-            ),
-        };
+        let binary = (eventd_binary, eventd_config);
+        let (mut running, stores_into) = start_peer(peer, &dir, binary, &root)?;
         let measured = measure(peer, running.as_mut(), n);
         let stopped = running.stop();
         let Measured {
-            mut stored,
+            stored,
             seconds,
             send_seconds,
             cpu_s_per_million,
             stages,
         } = measured?;
         stopped?;
-        match peer {
-            Peer::Eventd => {
-                let data = dir.join("data");
-                let (rows, found) = check_eventd(&data, &eventctl, n)?;
-                if !found {
-                    bail!("eventd: a query did not find message {}", n / 2);
-                }
-                stored = rows;
-            }
-            Peer::Journald => stored = journal_count(&dir)?,
-            Peer::SyslogNg => stored = syslog_ng_rows(&dir)?,
-            Peer::Floor => {
-                let c = rusqlite::Connection::open(eventd::store::shard_path(&dir, 0))?;
-                stored =
-                    c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
-            }
-            Peer::Rsyslog => {}
-        }
+        let stored = count_stored(peer, &dir, &eventctl, n)?.unwrap_or(stored);
         let run = PeerRun {
             peer,
             version: version(peer, eventd_binary, &root),
@@ -226,18 +193,7 @@ pub fn run(
                 Vec::new()
             },
         };
-        eprintln!(
-            "{}: {} of {} stored in {:.2} s ({:.0}/s), {} lost, {} CPU s per million{}",
-            peer.name(),
-            run.stored,
-            n,
-            run.seconds,
-            run.stored_per_s,
-            run.lost,
-            run.cpu_s_per_million
-                .map_or("n/a".to_string(), |c| format!("{c:.2}")),
-            stages_text(&run.cpu_by_stage)
-        );
+        print_run(&run);
         runs.push(run);
     }
     Ok(runs)
@@ -250,6 +206,70 @@ pub fn stages_text(stages: &[(String, f64)]) -> String {
     }
     let parts: Vec<String> = stages.iter().map(|(s, c)| format!("{s} {c:.2}")).collect();
     format!(" ({})", parts.join(", "))
+}
+
+/// Starts `peer` in `dir`; returns it and what it stores into. `eventd`:
+/// its binary and configuration file; `root`: where syslog-ng is
+/// unpacked.
+fn start_peer(
+    peer: Peer,
+    dir: &Path,
+    (eventd_binary, eventd_config): (&Path, Option<&Path>),
+    root: &Path,
+) -> anyhow::Result<(Box<dyn Running>, &'static str)> {
+    Ok(match peer {
+        Peer::Eventd => (
+            Box::new(start_eventd(eventd_binary, dir, eventd_config)?),
+            "SQLite shards (indexed, queryable)",
+        ),
+        Peer::Floor => (
+            Box::new(crate::syslogfloor::Floor::start(dir)?),
+            "SQLite, a receiving and a writing thread, nothing else (the floor)",
+        ),
+        Peer::Rsyslog => (Box::new(start_rsyslog(dir)?), "flat file (omfile)"),
+        Peer::Journald => (Box::new(start_journald(dir)?), "journal files"),
+        Peer::SyslogNg => (
+            Box::new(start_syslog_ng(dir, root)?),
+            "SQLite (sql(), 1000-row batches)",
+        ),
+    })
+}
+
+/// What `peer` stored, counted in its store, for the peers whose own
+/// count is not the one to trust (None: the measured count stands).
+fn count_stored(peer: Peer, dir: &Path, eventctl: &Path, n: u64) -> anyhow::Result<Option<u64>> {
+    Ok(match peer {
+        Peer::Eventd => {
+            let (rows, found) = check_eventd(&dir.join("data"), eventctl, n)?;
+            if !found {
+                bail!("eventd: a query did not find message {}", n / 2);
+            }
+            Some(rows)
+        }
+        Peer::Journald => Some(journal_count(dir)?),
+        Peer::SyslogNg => Some(syslog_ng_rows(dir)?),
+        Peer::Floor => {
+            let c = rusqlite::Connection::open(eventd::store::shard_path(dir, 0))?;
+            Some(c.query_row("SELECT count(*) FROM events", [], |r| r.get::<_, i64>(0))? as u64)
+        }
+        Peer::Rsyslog => None,
+    })
+}
+
+/// One peer's progress line.
+fn print_run(run: &PeerRun) {
+    eprintln!(
+        "{}: {} of {} stored in {:.2} s ({:.0}/s), {} lost, {} CPU s per million{}",
+        run.peer.name(),
+        run.stored,
+        run.sent,
+        run.seconds,
+        run.stored_per_s,
+        run.lost,
+        run.cpu_s_per_million
+            .map_or("n/a".to_string(), |c| format!("{c:.2}")),
+        stages_text(&run.cpu_by_stage)
+    );
 }
 
 #[cfg(test)]
