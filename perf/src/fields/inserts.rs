@@ -2,8 +2,8 @@
 //! scenario's rows, and eventd flat out.
 
 use super::data::{Day, Row, Rows, MESSAGE_BYTES};
+use super::options::{Args, CANDIDATES};
 use super::shards::{ceiling_sql, fill, labels, parse_all, work_dir};
-use super::{Args, CANDIDATES};
 use crate::ceiling;
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome, PointIndexes};

@@ -14,14 +14,15 @@
 //!    query indexes, then each candidate index built over the whole store,
 //!    one at a time: what a writer's first `indexes::sync` costs on a store
 //!    that already holds its rows.
-//! 3. **Queries.** The eventd binary on that store, first with the indexes
-//!    of [`QUERIED`], then with none: each query of [`queries`] in both
-//!    orders, [`RUNS`] times, timed over the query socket to its first and
-//!    its 100th result. The events returned with and without indexes must
-//!    be the same ones.
+//! 3. **Queries.** The eventd binary on that store, first with the indexes of
+//!    [`options::QUERIED`], then with none: each query of [`queries`] in both
+//!    orders, [`options::RUNS`] times, timed over the query socket to its
+//!    first and its 100th result. The events returned with and without
+//!    indexes must be the same ones.
 
 mod data;
 mod inserts;
+mod options;
 mod queries;
 mod report;
 mod shards;
@@ -31,60 +32,14 @@ use crate::load::Sizes;
 use crate::pipeline;
 use data::{RARE_PROVIDER_AT, RARE_WORD_AT};
 use inserts::{daemon_points, insert_costs};
+pub(crate) use options::Args;
+use options::{check_args, LIMIT};
 use queries::{compare, query_phase};
 use report::{print_daemon, print_insert_costs, print_queries, print_store, write_json, Measured};
 use shards::work_dir;
 use std::path::Path;
 use std::time::Duration;
 use store::{build_indexes, fill_store};
-
-/// Threads that fill and index the shard files (this machine's CPUs).
-const THREADS: usize = 2;
-/// The indexes whose cost is measured.
-const CANDIDATES: &[&str] = &["provider", "name", "pid", "uid", "fields.unit"];
-/// The indexes of the query phase's indexed configuration.
-const QUERIED: &[&str] = &["provider", "name", "fields.unit"];
-/// Runs of each query: the first is reported as cold, the median of the
-/// others as warm.
-const RUNS: usize = 3;
-const LIMIT: usize = 100;
-
-fn check_args(args: &Args) -> anyhow::Result<()> {
-    let max = eventd::routing::STORAGE_SHARDS_MAX as usize;
-    anyhow::ensure!(
-        (1..=max).contains(&args.day_shards),
-        "--day-shards {}: expected 1..={max}",
-        args.day_shards
-    );
-    anyhow::ensure!(
-        args.day_events > 0 && args.insert_rows > 0,
-        "--day-events and --insert-rows must be positive"
-    );
-    Ok(())
-}
-
-/// The fields scenario's options.
-#[derive(clap::Args)]
-pub(crate) struct Args {
-    #[command(flatten)]
-    common: crate::cli::Common,
-    #[command(flatten)]
-    system: crate::cli::System,
-    /// Seconds of load of each eventd insert-cost point (default 10).
-    #[arg(long)]
-    duration: Option<f64>,
-    #[command(flatten)]
-    bytes: crate::cli::EventBytes,
-    /// Events of the day-long store.
-    #[arg(long, default_value_t = 100_000_000)]
-    day_events: u64,
-    /// Shard files of the store (and of the insert-cost databases).
-    #[arg(long, default_value_t = 16)]
-    day_shards: usize,
-    /// Rows of each insert-cost measurement.
-    #[arg(long, default_value_t = 4_000_000)]
-    insert_rows: u64,
-}
 
 pub(crate) fn main(args: &Args) -> anyhow::Result<String> {
     let work = args.common.output.work()?;

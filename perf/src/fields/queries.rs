@@ -4,8 +4,8 @@
 use super::data::{
     Day, COMMON_PROVIDER, DAY_NS, MINUTE_NS, RARE_PROVIDER, RARE_WORD, UNIT_QUERIED,
 };
+use super::options::{LIMIT, QUERIED, RUNS};
 use super::shards::{labels, on_shards, parse_all};
-use super::{LIMIT, QUERIED, RUNS};
 use crate::runner::{self, median_midpoint as median};
 use crate::system::{Running, SystemKind};
 use anyhow::{bail, Context};

@@ -1,9 +1,9 @@
 //! The fields scenario's tables, its JSON report and its summary line.
 
 use super::inserts::{DaemonPoint, InsertCost};
+use super::options::{Args, LIMIT, RUNS, THREADS};
 use super::queries::{QueryFigures, SyncFigures};
 use super::store::{IndexBuild, StoreFigures};
-use super::{Args, LIMIT, RUNS, THREADS};
 use crate::pipeline::Outcome;
 use crate::runner::median_midpoint as median;
 

@@ -2,7 +2,7 @@
 //! filled in parallel, measured.
 
 use super::data::{Day, Row, Rows};
-use super::THREADS;
+use super::options::THREADS;
 use anyhow::{anyhow, Context};
 use eventd::store::indexes::{self, QueryIndex};
 use rusqlite::{params, Connection};

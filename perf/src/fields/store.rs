@@ -2,8 +2,8 @@
 //! built over it.
 
 use super::data::{Day, Rows};
+use super::options::{Args, CANDIDATES};
 use super::shards::{dir_bytes, fill, on_shards, parse_all};
-use super::{Args, CANDIDATES};
 use anyhow::Context;
 use eventd::store::indexes::{self, QueryIndex};
 use serde::Serialize;
