@@ -35,7 +35,6 @@ const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),
-    ("perf/src/scenarios.rs", "run_pragmas", PERF),
     ("perf/src/system.rs", "start", PERF),
     (
         "src/config/live.rs",

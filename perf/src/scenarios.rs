@@ -299,69 +299,70 @@ pub(crate) struct PragmasArgs {
     bytes: EventBytes,
 }
 
-// Longer than the ~70 lines a function should be: a table of variants, then
-// one loop measuring them; the table is most of it.
+/// The variants of `pragmas`: a name and the statements that make it
+/// from the shipped settings. A new database's page size changes through
+/// a VACUUM outside WAL mode; each variant keeps the shipped ~4 MB of WAL
+/// between checkpoints.
+const PRAGMA_VARIANTS: [(&str, &[&str]); 9] = [
+    (
+        "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
+        &[],
+    ),
+    (
+        "4 KiB pages (SQLite's default)",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 4096",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 1000",
+        ],
+    ),
+    (
+        "16 KiB pages",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 16384",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 250",
+        ],
+    ),
+    (
+        "64 KiB pages",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 65536",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 62",
+        ],
+    ),
+    ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
+    ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
+    (
+        "checkpoint every ~16 MB",
+        &["PRAGMA wal_autocheckpoint = 500"],
+    ),
+    (
+        "cache_size=2 MiB (SQLite default)",
+        &["PRAGMA cache_size = -2000"],
+    ),
+    ("without the events_ts index", &["DROP INDEX events_ts"]),
+];
+
 /// The SQLite settings eventd ships with, against alternatives, measured as
 /// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
 /// transaction, best of three runs each).
 pub(crate) fn run_pragmas(args: &PragmasArgs) -> anyhow::Result<()> {
     let work = &args.output.work()?;
     let sizes = args.bytes.sizes()?;
-    // A new database's page size changes through a VACUUM outside WAL
-    // mode; each variant keeps the shipped ~4 MB of WAL between checkpoints.
-    let variants: [(&str, &[&str]); 9] = [
-        (
-            "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
-            &[],
-        ),
-        (
-            "4 KiB pages (SQLite's default)",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 4096",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 1000",
-            ],
-        ),
-        (
-            "16 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 16384",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 250",
-            ],
-        ),
-        (
-            "64 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 65536",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 62",
-            ],
-        ),
-        ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
-        ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
-        (
-            "checkpoint every ~16 MB",
-            &["PRAGMA wal_autocheckpoint = 500"],
-        ),
-        (
-            "cache_size=2 MiB (SQLite default)",
-            &["PRAGMA cache_size = -2000"],
-        ),
-        ("without the events_ts index", &["DROP INDEX events_ts"]),
-    ];
     let shards = eventd::rings::online_cpus().len();
     let rows = 1_000_000;
     let mut table = String::from("| variant | rows/s | vs shipped |\n|---|---|---|\n");
     let mut results = Vec::new();
     let mut shipped = f64::NAN;
-    for (name, adjust) in variants {
+    for (name, adjust) in PRAGMA_VARIANTS {
         let rates = runner::interleave(&[()], 3, runner::Order::Same, |_, _| {
             let dir = tempfile::Builder::new()
                 .prefix("pragmas-")
