@@ -1,8 +1,8 @@
 //! The runner every scenario uses: the rounds (`--repeat`, interleaved),
-//! medians, the machine description, and the reports (JSON files with one
-//! header, two-panel SVG line charts). A scenario measures its points and
-//! says what to print; how often, how it is summarised and how it is
-//! written is here.
+//! medians and percentiles, the machine description, and the reports (JSON
+//! files with one header, two-panel SVG line charts). A scenario measures
+//! its points and says what to print; how often, how it is summarised and
+//! how it is written is here.
 
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
@@ -86,7 +86,11 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// The median of `values` with an even count's two middle values
-/// averaged; NaN when there is none.
+/// averaged; NaN when there is none. The fields scenario's: its warm query
+/// figure is the median of two runs (the first of three is the cold one),
+/// of which the upper middle would be the slower run alone. Everywhere
+/// else [`median`], so that a median printed is the run [`median_by`]
+/// picks.
 pub fn median_midpoint(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
