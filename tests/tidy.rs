@@ -24,21 +24,7 @@ const FN_LINES_MAX: usize = 70;
 
 /// Files allowed over [`FILE_LINES_MAX`]: (path from the workspace root,
 /// why).
-const LONG_FILES: &[(&str, &str)] = &[
-    (
-        "perf/src/exportbench.rs",
-        "every export scenario with its own options and report; the harness is to become one \
-         runner with a module per scenario",
-    ),
-    (
-        "perf/src/fieldsbench.rs",
-        "the structured-fields scenario and its report; as exportbench.rs",
-    ),
-    (
-        "perf/src/syslogbench.rs",
-        "the syslog scenario and every peer daemon's set-up; as exportbench.rs",
-    ),
-];
+const LONG_FILES: &[(&str, &str)] = &[];
 
 /// Functions allowed over [`FN_LINES_MAX`]: (file, function name, why).
 /// Each is one list or one algorithm a reader follows best whole; the perf
@@ -46,16 +32,9 @@ const LONG_FILES: &[(&str, &str)] = &[
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/ceiling.rs", "run_with", PERF),
     ("perf/src/clients.rs", "run", PERF),
-    ("perf/src/exportbench.rs", "export_run", PERF),
-    ("perf/src/exportbench.rs", "lag_run", PERF),
-    ("perf/src/exportbench.rs", "ingest", PERF),
-    ("perf/src/exportbench.rs", "run", PERF),
-    ("perf/src/exportbench.rs", "print_tables", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),
-    ("perf/src/scenarios.rs", "run_pragmas", PERF),
-    ("perf/src/syslogbench.rs", "run", PERF),
     ("perf/src/system.rs", "start", PERF),
     (
         "src/config/live.rs",

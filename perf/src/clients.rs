@@ -21,6 +21,7 @@
 //! thread), in nanoseconds per event, printed beside the goal or a
 //! published figure of another tool (an anchor), with the ratio.
 
+use crate::runner;
 use anyhow::{bail, Context};
 use eventd::rings::{Emitter, Event, Field, Level, Value};
 use std::os::unix::net::UnixDatagram;
@@ -117,14 +118,18 @@ fn per_event(clock: Clock, n: u64) -> Cost {
     }
 }
 
+/// Runs of each measurement.
+const RUNS: usize = 3;
+
 /// Median of three runs of `f` (by CPU time, each figure its own median).
 fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
-    let runs = [f()?, f()?, f()?];
+    let runs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| f())?;
+    let runs: Vec<Cost> = runs.into_iter().flatten().collect();
     Ok(median_of(&runs))
 }
 
 fn median_of(runs: &[Cost]) -> Cost {
-    let mid = |v: Vec<f64>| crate::runner::median(&v);
+    let mid = |v: Vec<f64>| runner::median(&v);
     Cost {
         wall: mid(runs.iter().map(|c| c.wall).collect()),
         cpu: mid(runs.iter().map(|c| c.cpu).collect()),
@@ -266,18 +271,14 @@ fn medians(
     names: &[&str],
     mut run: impl FnMut() -> anyhow::Result<String>,
 ) -> anyhow::Result<Vec<Option<Cost>>> {
-    let mut runs: Vec<Vec<Cost>> = vec![Vec::new(); names.len()];
-    for _ in 0..3 {
-        let out = run()?;
-        for (name, costs) in names.iter().zip(&mut runs) {
-            if let Ok(c) = cost(&out, name) {
-                costs.push(c);
-            }
-        }
-    }
-    Ok(runs
+    let outs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| run())?;
+    let outs: Vec<String> = outs.into_iter().flatten().collect();
+    Ok(names
         .iter()
-        .map(|c| (c.len() == 3).then(|| median_of(c)))
+        .map(|name| {
+            let costs: Vec<Cost> = outs.iter().filter_map(|o| cost(o, name).ok()).collect();
+            (costs.len() == RUNS).then(|| median_of(&costs))
+        })
         .collect())
 }
 

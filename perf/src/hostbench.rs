@@ -18,7 +18,7 @@
 //!   harness's waited-for children), and the wall time to the last line
 //!   stored.
 
-use crate::syslogbench;
+use crate::syslog;
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::io::Write;
@@ -123,14 +123,11 @@ impl Eventd {
 
     fn cpu(&self) -> (u64, std::collections::BTreeMap<String, u64>) {
         let pid = self.child.id();
-        (
-            syslogbench::tree_cpu_ns(pid),
-            syslogbench::threads_cpu_ns(pid),
-        )
+        (syslog::tree_cpu_ns(pid), syslog::threads_cpu_ns(pid))
     }
 
     fn stop(mut self) -> anyhow::Result<()> {
-        syslogbench::sigterm(&mut self.child)
+        syslog::sigterm(&mut self.child)
     }
 }
 
@@ -351,11 +348,11 @@ fn systemd_cat(work: &Path, n: u64) -> anyhow::Result<SourceRun> {
     let dir = work.join("host-journald");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut journald = syslogbench::Journald::start(&dir)?;
+    let mut journald = syslog::Journald::start(&dir)?;
     let pid = journald
         .daemon_pid()
         .context("journald's process in its namespaces")?;
-    let cpu = || (syslogbench::tree_cpu_ns(journald.pid()), Default::default());
+    let cpu = || (syslog::tree_cpu_ns(journald.pid()), Default::default());
     let before = Usage::now(cpu());
     let status = Command::new("nsenter")
         .args([
@@ -376,10 +373,10 @@ fn systemd_cat(work: &Path, n: u64) -> anyhow::Result<SourceRun> {
     // end); the whole count once at the end.
     wait_for(Duration::from_secs(300), "journald's last line", || {
         std::thread::sleep(Duration::from_millis(100));
-        syslogbench::journal_last(&dir, "bench").is_ok_and(|last| last >= n)
+        syslog::journal_last(&dir, "bench").is_ok_and(|last| last >= n)
     })?;
     let after = Usage::now(cpu());
-    let stored = syslogbench::journal_lines(&dir, "bench")?;
+    let stored = syslog::journal_lines(&dir, "bench")?;
     let run = after.run(
         &before,
         "systemd-cat → journald",
@@ -446,7 +443,7 @@ pub fn run(eventd_binary: &Path, work: &Path, n: u64) -> anyhow::Result<String> 
             r.path,
             r.stored_per_s,
             r.daemon_us,
-            syslogbench::stages_text(&stages),
+            syslog::stages_text(&stages),
             r.client_us.map_or("—".to_string(), |c| format!("{c:.2}")),
             r.stored,
             r.lost,

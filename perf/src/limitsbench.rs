@@ -18,6 +18,7 @@
 use crate::limitsdaemon::{sum, Daemon};
 use crate::limitsflood::{self, FloodRun};
 use crate::load::{self, Sizes};
+use crate::runner;
 use anyhow::{bail, ensure, Context};
 use eventd::config::rate::{RATE_LIMIT_BURST_DEFAULT, RATE_LIMIT_INTERVAL_DEFAULT};
 use eventd::rings::{EmitError, Event, Level, Ring};
@@ -197,27 +198,23 @@ fn no_flood(
     work: &Path,
 ) -> anyhow::Result<Vec<IngestRun>> {
     let mut runs = Vec::new();
-    for round in 1..=args.common.repeat.max(1) {
-        // Swapped each round, so a drift of the shared machine falls on both.
-        let order = if round % 2 == 1 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for on in order {
-            let r = ingest(work, eventd, on, round, args, sizes)?;
-            eprintln!(
-                "no flood, limits {} (round {round}): {:.0} events/s, stored {} of {}, \
-                 suppressed {}",
-                on_off(on),
-                r.events_per_s,
-                r.stored,
-                r.events,
-                r.suppressed
-            );
-            runs.push(r);
-        }
-    }
+    // On and off swapped each round, so a drift of the shared machine
+    // falls on both.
+    let order = runner::Order::Alternate;
+    runner::interleave(&[true, false], args.common.repeat, order, |round, &on| {
+        let r = ingest(work, eventd, on, round, args, sizes)?;
+        eprintln!(
+            "no flood, limits {} (round {round}): {:.0} events/s, stored {} of {}, \
+             suppressed {}",
+            on_off(on),
+            r.events_per_s,
+            r.stored,
+            r.events,
+            r.suppressed
+        );
+        runs.push(r);
+        Ok(())
+    })?;
     Ok(runs)
 }
 

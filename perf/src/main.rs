@@ -18,8 +18,8 @@
 mod ceiling;
 mod cli;
 mod clients;
-mod exportbench;
-mod fieldsbench;
+mod export;
+mod fields;
 mod hostbench;
 mod limitsbench;
 mod limitsdaemon;
@@ -32,7 +32,7 @@ mod runner;
 mod running;
 mod scale;
 mod scenarios;
-mod syslogbench;
+mod syslog;
 mod syslogfloor;
 mod system;
 
@@ -90,7 +90,7 @@ enum Scenario {
     /// Export into a private ClickHouse cluster beside ClickHouse's bare
     /// insert rate: rows/s by format and ExportBatchRows, ingest with
     /// export on and off, export lag at half rate, CPU per row.
-    Export(exportbench::Args),
+    Export(export::Args),
     /// eventd as on a bigger machine: N simulated rings × StorageShards:
     /// start-up, threads, RSS, descriptors, events/s beside the ceiling,
     /// p99, and concurrent queries while it runs. Always the eventd binary.
@@ -99,7 +99,7 @@ enum Scenario {
     /// (QueryIndexes) costs at insert (ceiling, realistic rows, eventd) and
     /// saves at query: time to the first and the 100th result through the
     /// eventd binary, with and without indexes.
-    Fields(fieldsbench::Args),
+    Fields(fields::Args),
     /// The host's own sources: kernel records (/dev/kmsg) read and stored
     /// beside syslog datagrams, and the CPU per captured line of
     /// `eventctl run` beside `systemd-cat` into journald and `logger`
@@ -144,9 +144,9 @@ fn main() -> anyhow::Result<()> {
         Scenario::Query(a) => scenarios::run_query_bench(&a)?,
         Scenario::Syslog(a) => scenarios::run_syslog_bench(&a)?,
         Scenario::Clients(a) => clients::main(&a)?,
-        Scenario::Export(a) => exportbench::main(&a)?,
+        Scenario::Export(a) => export::main(&a)?,
         Scenario::Scale(a) => scale::main(&a)?,
-        Scenario::Fields(a) => fieldsbench::main(&a)?,
+        Scenario::Fields(a) => fields::main(&a)?,
         Scenario::HostSources(a) => hostbench::main(&a)?,
         Scenario::Limits(a) => limitsbench::main(&a)?,
     };

@@ -2,6 +2,7 @@
 //! → writers → SQLite) under the load, then the ceiling with the same rows.
 
 use crate::load::{Mode, Sizes};
+use crate::runner;
 use crate::system::{ProducerKind, Producers, Running, SystemKind};
 use eventd::channel::Capacity;
 use eventd::config::{ConfigFile, Settings};
@@ -292,14 +293,14 @@ pub fn run_indexed(
         events_per_s,
         ceiling_per_s,
         ratio_to_ceiling: events_per_s / ceiling_per_s,
-        latency_us_p50: finished.latency_us.value_at_quantile(0.5),
-        latency_us_p99: finished.latency_us.value_at_quantile(0.99),
-        latency_us_p999: finished.latency_us.value_at_quantile(0.999),
+        latency_us_p50: runner::percentile(&finished.latency_us, 0.5),
+        latency_us_p99: runner::percentile(&finished.latency_us, 0.99),
+        latency_us_p999: runner::percentile(&finished.latency_us, 0.999),
         latency_us_max: finished.latency_us.max(),
         channel_full_stalls: finished.channel_full_stalls,
         commits: finished.commits,
         batch_items_mean: finished.batch_items.mean(),
-        batch_items_p50: finished.batch_items.value_at_quantile(0.5),
+        batch_items_p50: runner::percentile(&finished.batch_items, 0.5),
         batch_items_max: finished.batch_items.max(),
         peak_rss_mib: finished.peak_rss_mib,
         wal_peak_mib: wal_peak.max(wal_end) as f64 / (1 << 20) as f64,

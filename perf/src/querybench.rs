@@ -4,6 +4,7 @@
 //! (as the daemon's query server reads) and without them (as `eventctl`
 //! reads a store directly).
 
+use crate::runner;
 use eventd::query::fanout::ConnectionPool;
 use eventd::query::{FanOut, Filter, Order};
 use eventd::store::zones::ZoneMaps;
@@ -127,25 +128,24 @@ pub fn run(work: &Path, events: u64, repeats: usize) -> anyhow::Result<Vec<Query
                 let zones = ZoneMaps::default();
                 let zones = maps.then_some(&zones);
                 let (_, cold, _) = time_query(dir.path(), &filter, &pool, zones)?;
-                let mut firsts = Vec::new();
-                let mut hundreds = Vec::new();
-                let mut opened = 0;
-                for _ in 0..repeats.max(1) {
-                    let (a, b, o) = time_query(dir.path(), &filter, &pool, zones)?;
-                    firsts.push(a);
-                    hundreds.push(b);
-                    opened = o;
-                }
-                firsts.sort();
-                hundreds.sort();
+                // The warm runs, back to back on the same pool.
+                let warm = runner::interleave(&[()], repeats, runner::Order::Same, |_, _| {
+                    time_query(dir.path(), &filter, &pool, zones)
+                })?;
+                let warm: Vec<(Duration, Duration, usize)> = warm.into_iter().flatten().collect();
+                let us = |d: Duration| d.as_micros() as f64;
+                let firsts: Vec<f64> = warm.iter().map(|r| us(r.0)).collect();
+                let hundreds: Vec<f64> = warm.iter().map(|r| us(r.1)).collect();
+                // What the last warm run opened.
+                let opened = warm.last().map_or(0, |r| r.2);
                 points.push(QueryPoint {
                     databases,
                     events,
                     order,
                     maps,
                     cold_hundred_results_us: cold.as_micros() as u64,
-                    first_result_us: firsts[firsts.len() / 2].as_micros() as u64,
-                    hundred_results_us: hundreds[hundreds.len() / 2].as_micros() as u64,
+                    first_result_us: runner::median(&firsts) as u64,
+                    hundred_results_us: runner::median(&hundreds) as u64,
                     opened,
                 });
             }

@@ -1,9 +1,10 @@
 //! The runner every scenario uses: the rounds (`--repeat`, interleaved),
-//! medians, the machine description, and the reports (JSON files with one
-//! header, two-panel SVG line charts). A scenario measures its points and
-//! says what to print; how often, how it is summarised and how it is
-//! written is here.
+//! medians and percentiles, the machine description, and the reports (JSON
+//! files with one header, two-panel SVG line charts). A scenario measures
+//! its points and says what to print; how often, how it is summarised and
+//! how it is written is here.
 
+use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use serde::Serialize;
 use std::ops::Range;
@@ -37,22 +38,43 @@ impl Machine {
     }
 }
 
-/// Runs every point `repeat` times (at least once), the whole list again
-/// each round (A B C A B C ...), so slow drifts of a shared machine spread
-/// over every point. `run` gets the round (from 1) and the point; the
-/// result holds each point's runs in round order.
-pub fn rounds<P, O>(
+/// The order of the points within each round of [`interleave`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The list as given every round (A B C A B C ...).
+    Same,
+    /// The list as given, then reversed, by turns (A B C C B A ...), so
+    /// that no point always runs first or right after another.
+    Alternate,
+}
+
+/// Runs every point `repeat` times (at least once), each once per round,
+/// the whole list again each round, so slow drifts of a shared machine
+/// spread over every point. `run` gets the round (from 1) and the point;
+/// the result holds each point's samples, in its order in `points`, each
+/// in round order.
+pub fn interleave<P, O>(
     points: &[P],
     repeat: usize,
+    order: Order,
     mut run: impl FnMut(usize, &P) -> anyhow::Result<O>,
 ) -> anyhow::Result<Vec<Vec<O>>> {
-    let mut runs: Vec<Vec<O>> = points.iter().map(|_| Vec::new()).collect();
+    let mut samples: Vec<Vec<O>> = points.iter().map(|_| Vec::new()).collect();
     for round in 1..=repeat.max(1) {
-        for (point, runs) in points.iter().zip(&mut runs) {
-            runs.push(run(round, point)?);
+        let reversed = order == Order::Alternate && round % 2 == 0;
+        for k in 0..points.len() {
+            let i = if reversed { points.len() - 1 - k } else { k };
+            let sample = run(round, &points[i])?;
+            samples[i].push(sample);
         }
     }
-    Ok(runs)
+    Ok(samples)
+}
+
+/// The value at quantile `q` (0 to 1) of a histogram: every percentile a
+/// scenario reports is read here.
+pub fn percentile(histogram: &Histogram<u64>, q: f64) -> u64 {
+    histogram.value_at_quantile(q)
 }
 
 /// The median of `values`: the upper middle one of an even count, so it
@@ -64,7 +86,11 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// The median of `values` with an even count's two middle values
-/// averaged; NaN when there is none.
+/// averaged; NaN when there is none. The fields scenario's: its warm query
+/// figure is the median of two runs (the first of three is the cold one),
+/// of which the upper middle would be the slower run alone. Everywhere
+/// else [`median`], so that a median printed is the run [`median_by`]
+/// picks.
 pub fn median_midpoint(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
@@ -257,14 +283,43 @@ mod tests {
     }
 
     #[test]
-    fn rounds_interleave_the_points() {
-        let mut order = Vec::new();
-        let runs = rounds(&['a', 'b'], 2, |round, p| {
-            order.push((round, *p));
+    fn interleave_runs_each_point_once_a_round() {
+        let mut ran = Vec::new();
+        let samples = interleave(&['a', 'b'], 2, Order::Same, |round, p| {
+            ran.push((round, *p));
+            Ok((round, *p))
+        })
+        .unwrap();
+        assert_eq!(ran, [(1, 'a'), (1, 'b'), (2, 'a'), (2, 'b')]);
+        assert_eq!(
+            samples,
+            [vec![(1, 'a'), (2, 'a')], vec![(1, 'b'), (2, 'b')]]
+        );
+    }
+
+    #[test]
+    fn interleave_alternates_the_order_and_runs_at_least_once() {
+        let mut ran = Vec::new();
+        let samples = interleave(&['a', 'b', 'c'], 3, Order::Alternate, |round, p| {
+            ran.push((round, *p));
             Ok(round)
         })
         .unwrap();
-        assert_eq!(order, [(1, 'a'), (1, 'b'), (2, 'a'), (2, 'b')]);
-        assert_eq!(runs, [vec![1, 2], vec![1, 2]]);
+        let order: Vec<char> = ran.iter().map(|r| r.1).collect();
+        assert_eq!(order, ['a', 'b', 'c', 'c', 'b', 'a', 'a', 'b', 'c']);
+        assert_eq!(samples, [vec![1, 2, 3], vec![1, 2, 3], vec![1, 2, 3]]);
+        let once = interleave(&[()], 0, Order::Alternate, |round, _| Ok(round)).unwrap();
+        assert_eq!(once, [vec![1]]);
+    }
+
+    #[test]
+    fn percentile_reads_the_histogram() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        for v in 1..=100u64 {
+            h.record(v).unwrap();
+        }
+        assert_eq!(percentile(&h, 0.5), 50);
+        assert_eq!(percentile(&h, 0.99), 99);
+        assert_eq!(percentile(&h, 1.0), 100);
     }
 }

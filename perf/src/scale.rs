@@ -416,15 +416,15 @@ fn point(
         stored: stored2,
         lost: lost2.max(lost1),
         rows_in_files,
-        latency_us_p50: finished.latency_us.value_at_quantile(0.5),
-        latency_us_p99: finished.latency_us.value_at_quantile(0.99),
+        latency_us_p50: runner::percentile(&finished.latency_us, 0.5),
+        latency_us_p99: runner::percentile(&finished.latency_us, 0.99),
         commits: finished.commits,
         batch_items_mean: finished.batch_items.mean(),
         queries: clients,
         queries_answered: answered,
         queries_busy: busy,
-        query_us_p50: query_us.value_at_quantile(0.5),
-        query_us_p99: query_us.value_at_quantile(0.99),
+        query_us_p50: runner::percentile(&query_us, 0.5),
+        query_us_p99: runner::percentile(&query_us, 0.99),
         query_us_max: query_us.max(),
         events_per_s_under_queries: (stored2 - stored1) as f64 / secs2,
     })
@@ -468,45 +468,42 @@ pub(crate) fn run(args: &Args, eventd: &Path, sizes: Sizes, work: &Path) -> anyh
     // With `--repeat`, every point again in each round: the ceiling over
     // 256 databases moved by up to 1.8x between runs here, so ratios are
     // judged by their median over rounds.
+    let grid: Vec<(u32, i64)> = (args.scale_rings.iter())
+        .flat_map(|&rings| args.scale_shards.iter().map(move |&shards| (rings, shards)))
+        .collect();
     let mut points = Vec::new();
-    for _round in 0..args.common.repeat.max(1) {
-        for &rings in &args.scale_rings {
-            for &shards in &args.scale_shards {
-                let p = point(
-                    work,
-                    eventd,
-                    (rings, shards),
-                    args.queries,
-                    duration,
-                    sizes,
-                    &progress,
-                )?;
-                progress.suspend(|| eprintln!("{}", line(&p)));
-                points.push(p);
-            }
-        }
-    }
+    let order = runner::Order::Same;
+    let samples = runner::interleave(&grid, args.common.repeat, order, |_, &scale| {
+        let p = point(
+            work,
+            eventd,
+            scale,
+            args.queries,
+            duration,
+            sizes,
+            &progress,
+        )?;
+        progress.suspend(|| eprintln!("{}", line(&p)));
+        points.push(p.clone());
+        Ok(p)
+    })?;
     progress.finish_and_clear();
     println!("{}", table(&points));
-    let per_round = points.len() / args.common.repeat.max(1);
-    let medians: Vec<ScalePoint> = points[..per_round]
-        .iter()
-        .filter_map(|first| {
-            let same = points
-                .iter()
-                .filter(|p| p.rings == first.rings && p.storage_shards == first.storage_shards);
+    let medians: Vec<ScalePoint> = samples
+        .into_iter()
+        .filter_map(|same| {
             if args.common.repeat > 1 {
-                let mut ratios: Vec<f64> = same.clone().map(|p| p.ratio_to_ceiling).collect();
+                let mut ratios: Vec<f64> = same.iter().map(|p| p.ratio_to_ceiling).collect();
                 ratios.sort_by(f64::total_cmp);
                 println!(
                     "rings {} StorageShards {}: ratio to the ceiling by round, sorted {:.2?}, median {:.2}",
-                    first.rings,
-                    first.storage_shards,
+                    same[0].rings,
+                    same[0].storage_shards,
                     ratios,
                     runner::median(&ratios)
                 );
             }
-            runner::median_by(same, |p| p.ratio_to_ceiling).cloned()
+            runner::median_by(same, |p| p.ratio_to_ceiling)
         })
         .collect();
     let results = &args.common.output.results;

@@ -5,7 +5,7 @@
 use crate::cli::{Binary, Common, EventBytes, Output, System};
 use crate::load::{Mode, Sizes};
 use crate::pipeline::{self, Knobs, Outcome};
-use crate::{ceiling, querybench, report, runner, syslogbench};
+use crate::{ceiling, querybench, report, runner, syslog};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -231,7 +231,8 @@ fn run_rounds(
     progress: &indicatif::ProgressBar,
     mut run: impl FnMut(&str, Knobs) -> anyhow::Result<Outcome>,
 ) -> anyhow::Result<(Vec<Outcome>, Vec<Outcome>)> {
-    let runs = runner::rounds(points, repeat, |round, (label, knobs)| {
+    let order = runner::Order::Same;
+    let runs = runner::interleave(points, repeat, order, |round, (label, knobs)| {
         let o = run(label, *knobs)?;
         progress.suspend(|| {
             eprintln!(
@@ -298,77 +299,77 @@ pub(crate) struct PragmasArgs {
     bytes: EventBytes,
 }
 
-// Longer than the ~70 lines a function should be: a table of variants, then
-// one loop measuring them; the table is most of it.
+/// The variants of `pragmas`: a name and the statements that make it
+/// from the shipped settings. A new database's page size changes through
+/// a VACUUM outside WAL mode; each variant keeps the shipped ~4 MB of WAL
+/// between checkpoints.
+const PRAGMA_VARIANTS: [(&str, &[&str]); 9] = [
+    (
+        "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
+        &[],
+    ),
+    (
+        "4 KiB pages (SQLite's default)",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 4096",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 1000",
+        ],
+    ),
+    (
+        "16 KiB pages",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 16384",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 250",
+        ],
+    ),
+    (
+        "64 KiB pages",
+        &[
+            "PRAGMA journal_mode = DELETE",
+            "PRAGMA page_size = 65536",
+            "VACUUM",
+            "PRAGMA journal_mode = WAL",
+            "PRAGMA wal_autocheckpoint = 62",
+        ],
+    ),
+    ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
+    ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
+    (
+        "checkpoint every ~16 MB",
+        &["PRAGMA wal_autocheckpoint = 500"],
+    ),
+    (
+        "cache_size=2 MiB (SQLite default)",
+        &["PRAGMA cache_size = -2000"],
+    ),
+    ("without the events_ts index", &["DROP INDEX events_ts"]),
+];
+
 /// The SQLite settings eventd ships with, against alternatives, measured as
 /// bare-SQLite insert rates (1M rows, one database per CPU, 4096 per
 /// transaction, best of three runs each).
 pub(crate) fn run_pragmas(args: &PragmasArgs) -> anyhow::Result<()> {
     let work = &args.output.work()?;
     let sizes = args.bytes.sizes()?;
-    // A new database's page size changes through a VACUUM outside WAL
-    // mode; each variant keeps the shipped ~4 MB of WAL between checkpoints.
-    let variants: [(&str, &[&str]); 9] = [
-        (
-            "shipped (32 KiB pages, WAL, synchronous=NORMAL, 16 MiB cache, checkpoint every ~4 MB)",
-            &[],
-        ),
-        (
-            "4 KiB pages (SQLite's default)",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 4096",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 1000",
-            ],
-        ),
-        (
-            "16 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 16384",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 250",
-            ],
-        ),
-        (
-            "64 KiB pages",
-            &[
-                "PRAGMA journal_mode = DELETE",
-                "PRAGMA page_size = 65536",
-                "VACUUM",
-                "PRAGMA journal_mode = WAL",
-                "PRAGMA wal_autocheckpoint = 62",
-            ],
-        ),
-        ("synchronous=FULL", &["PRAGMA synchronous = FULL"]),
-        ("synchronous=OFF", &["PRAGMA synchronous = OFF"]),
-        (
-            "checkpoint every ~16 MB",
-            &["PRAGMA wal_autocheckpoint = 500"],
-        ),
-        (
-            "cache_size=2 MiB (SQLite default)",
-            &["PRAGMA cache_size = -2000"],
-        ),
-        ("without the events_ts index", &["DROP INDEX events_ts"]),
-    ];
     let shards = eventd::rings::online_cpus().len();
     let rows = 1_000_000;
     let mut table = String::from("| variant | rows/s | vs shipped |\n|---|---|---|\n");
     let mut results = Vec::new();
     let mut shipped = f64::NAN;
-    for (name, adjust) in variants {
-        let mut best = 0f64;
-        for _ in 0..3 {
+    for (name, adjust) in PRAGMA_VARIANTS {
+        let rates = runner::interleave(&[()], 3, runner::Order::Same, |_, _| {
             let dir = tempfile::Builder::new()
                 .prefix("pragmas-")
                 .tempdir_in(work)?;
-            let rate = ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)?;
-            best = best.max(rate);
-        }
+            ceiling::run_with(dir.path(), shards, rows, 4096, sizes, adjust)
+        })?;
+        let best = rates.into_iter().flatten().fold(0f64, f64::max);
         if shipped.is_nan() {
             shipped = best;
         }
@@ -400,7 +401,7 @@ pub(crate) struct SyslogArgs {
         value_delimiter = ',',
         default_value = "eventd,floor,rsyslog,journald,syslog-ng"
     )]
-    peers: Vec<syslogbench::Peer>,
+    peers: Vec<syslog::Peer>,
     /// eventd's configuration file (default: the embedded defaults with
     /// rate limits off, as the peers run).
     #[arg(long)]
@@ -411,19 +412,15 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
     let work = &args.common.output.work()?;
     let eventd = &args.binary.path()?;
     let repeat = args.common.repeat;
-    let mut all: Vec<Vec<syslogbench::PeerRun>> = Vec::new();
-    for round in 0..repeat.max(1) {
+    // Every peer once a round (`syslog::run` takes them in turn).
+    let rounds = runner::interleave(&[()], repeat, runner::Order::Same, |round, _| {
         if repeat > 1 {
-            eprintln!("round {}", round + 1);
+            eprintln!("round {round}");
         }
-        all.push(syslogbench::run(
-            &args.peers,
-            args.messages,
-            work,
-            eventd,
-            args.eventd_config.as_deref(),
-        )?);
-    }
+        let config = args.eventd_config.as_deref();
+        syslog::run(&args.peers, args.messages, work, eventd, config)
+    })?;
+    let all: Vec<Vec<syslog::PeerRun>> = rounds.into_iter().flatten().collect();
     let machine = runner::Machine::describe();
     println!(
         "\n## syslog ({} datagrams of 92 bytes, one blocking sender; {} CPUs)\n",
@@ -443,7 +440,7 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
                 r.stored_per_s,
                 r.cpu_s_per_million
                     .map_or("n/a".to_string(), |c| format!("{c:.2}")),
-                syslogbench::stages_text(&r.cpu_by_stage),
+                syslog::stages_text(&r.cpu_by_stage),
                 r.stored,
                 r.lost,
                 r.seconds,
@@ -458,11 +455,11 @@ pub(crate) fn run_syslog_bench(args: &SyslogArgs) -> anyhow::Result<String> {
     let last = all.last().map(Vec::as_slice).unwrap_or(&[]);
     let eventd_rate = last
         .iter()
-        .find(|r| r.peer == syslogbench::Peer::Eventd)
+        .find(|r| r.peer == syslog::Peer::Eventd)
         .map_or(0.0, |r| r.stored_per_s);
     let best_peer = last
         .iter()
-        .filter(|r| !matches!(r.peer, syslogbench::Peer::Eventd | syslogbench::Peer::Floor))
+        .filter(|r| !matches!(r.peer, syslog::Peer::Eventd | syslog::Peer::Floor))
         .map(|r| r.stored_per_s)
         .fold(0.0, f64::max);
     Ok(format!(
