@@ -62,18 +62,18 @@ impl<'a> Field<'a> {
     /// Bytes this entry takes.
     #[inline]
     fn encoded_len(&self) -> usize {
-        1 + cut(self.key, KEY_BYTES_MAX).len()
+        1 + truncate(self.key, KEY_BYTES_MAX).len()
             + 1
             + match self.value {
                 Value::I64(_) | Value::U64(_) | Value::F64(_) => 8,
                 Value::Bool(_) => 1,
-                Value::Str(s) => 4 + cut(s, u32::MAX as usize).len(),
+                Value::Str(s) => 4 + truncate(s, u32::MAX as usize).len(),
             }
     }
 
     #[inline]
     fn encode(&self, out: &mut impl Sink) {
-        let key = cut(self.key, KEY_BYTES_MAX);
+        let key = truncate(self.key, KEY_BYTES_MAX);
         out.put(&[key.len() as u8]);
         out.put(key.as_bytes());
         match self.value {
@@ -91,7 +91,7 @@ impl<'a> Field<'a> {
             }
             Value::Bool(v) => out.put(&[KIND_BOOL, u8::from(v)]),
             Value::Str(s) => {
-                let s = cut(s, u32::MAX as usize);
+                let s = truncate(s, u32::MAX as usize);
                 out.put(&[KIND_STR]);
                 out.put(&(s.len() as u32).to_le_bytes());
                 out.put(s.as_bytes());
@@ -100,9 +100,10 @@ impl<'a> Field<'a> {
     }
 }
 
-/// `s` cut to at most `max` bytes at a character boundary.
+/// `s` cut to at most `max` bytes at a character boundary (every client
+/// cuts names, keys and text this one way).
 #[inline]
-fn cut(s: &str, max: usize) -> &str {
+pub fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -204,7 +205,7 @@ impl Encoder {
     /// the entries, for callers that add to a set of fields more than once
     /// (a span recording a field again).
     pub fn has_key(&self, key: &str) -> bool {
-        let key = cut(key, KEY_BYTES_MAX);
+        let key = truncate(key, KEY_BYTES_MAX);
         entries(&self.buf).any(|e| e.is_ok_and(|f| f.key == key))
     }
 

@@ -15,6 +15,7 @@
 pub mod budget;
 
 pub use super::json::Fields;
+pub use super::typed::truncate;
 
 use super::{EmitError, Emitter, Event, Field, Level, RingError, TypedFields};
 use crate::rings::attach::EmitRingError;
@@ -284,18 +285,6 @@ fn classify(e: EmitRingError) -> Dropped {
             Dropped::Busy
         }
     }
-}
-
-/// `s` cut to at most `max` bytes at a character boundary.
-pub fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// How long a thread's cached uid is used before it is asked again: a
