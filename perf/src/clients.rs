@@ -255,17 +255,6 @@ fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
         .with_context(|| format!("no {name} in {out:?}"))
 }
 
-fn run_output(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The medians of three runs of a bench program, by the names it prints.
 fn medians(
     names: &[&str],
@@ -292,7 +281,7 @@ struct CCosts {
 fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let exe = work.join("clients-bench");
-    run_output(
+    crate::syslog::run_cmd(
         Command::new("cc")
             .args(["-O2", "-o"])
             .arg(&exe)
@@ -311,7 +300,7 @@ fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<C
         "syslog",
     ];
     let got = medians(&names, || {
-        run_output(
+        crate::syslog::run_cmd(
             Command::new(&exe)
                 .arg(daemon.kmes())
                 .arg(daemon.syslog_socket())
@@ -356,9 +345,9 @@ fn python_with_package(work: &Path) -> Option<PathBuf> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let installed = (|| -> anyhow::Result<()> {
         if !python.is_file() {
-            run_output(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+            crate::syslog::run_cmd(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
-        run_output(
+        crate::syslog::run_cmd(
             Command::new(venv.join("bin/pip"))
                 .args(["install", "--quiet", "--disable-pip-version-check"])
                 .arg(repo.join("clients/python")),
@@ -403,7 +392,7 @@ fn python_bench(python: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::R
         "native_handler",
     ];
     let got = medians(&names, || {
-        run_output(
+        crate::syslog::run_cmd(
             Command::new(python)
                 .arg(&script)
                 .arg(daemon.kmes())

@@ -28,7 +28,7 @@ mod syslog_ng;
 
 pub(crate) use cpu::{threads_cpu_ns, tree_cpu_ns};
 pub(crate) use journald::{journal_last, journal_lines, Journald};
-pub(crate) use process::sigterm;
+pub(crate) use process::{run_cmd, sigterm};
 pub use scenario::{run, stages_text};
 use serde::Serialize;
 

@@ -55,7 +55,9 @@ fn wait_for_socket(path: &Path, child: &mut Child, log: &Path) -> anyhow::Result
     Ok(())
 }
 
-pub(super) fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
+/// Runs `cmd` to its end: its standard output, or an error with its
+/// standard error when it fails.
+pub(crate) fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
         bail!(
