@@ -164,18 +164,21 @@ impl Ring {
                 body.put_all(payload);
             })
         };
+        let texts = [event.provider, event.name, event.message];
+        let too_large = || EncodeError::TooLarge {
+            len: texts.iter().map(|t| t.len()).sum::<usize>() + fields_len,
+            max: payload_words * 8,
+        };
         if payload_words <= STAGE_WORDS {
             // Left uninitialised: `stage` writes every word it returns.
             let mut stack = [MaybeUninit::<u64>::uninit(); STAGE_WORDS];
-            write(stage(
-                event,
-                fields,
-                fields_len,
-                &mut stack[..payload_words],
-            )?)
+            write(
+                stage(texts, fields, fields_len, &mut stack[..payload_words])
+                    .ok_or_else(too_large)?,
+            )
         } else {
             let mut heap = vec![MaybeUninit::<u64>::uninit(); payload_words];
-            write(stage(event, fields, fields_len, &mut heap)?)
+            write(stage(texts, fields, fields_len, &mut heap).ok_or_else(too_large)?)
         }
     }
 

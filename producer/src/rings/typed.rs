@@ -18,7 +18,6 @@
 //! kept the first time, as the formatted path does), so what is stored
 //! does not depend on which path wrote the event.
 
-use super::event::{EncodeError, Event};
 use super::json::Fields;
 use std::mem::MaybeUninit;
 
@@ -409,16 +408,17 @@ unsafe fn copy_short(src: &[u8], dst: *mut u8) {
     }
 }
 
-/// Stages the payload of `event` with `fields` typed (provider, name and
-/// message text, then the entries, zero-padded to a word) in `words`,
-/// which must hold exactly the payload's words; returns them initialised.
+/// Stages an event's payload with `fields` typed (`texts`: provider, name
+/// and message, then the entries, zero-padded to a word) in `words`, which
+/// must hold exactly the payload's words; returns them initialised, or
+/// `None` when the payload does not fill exactly those words.
 pub(super) fn stage<'w, F: TypedFields + ?Sized>(
-    event: &Event<'_>,
+    texts: [&str; 3],
     fields: &F,
     fields_len: usize,
     words: &'w mut [MaybeUninit<u64>],
-) -> Result<&'w [u64], EncodeError> {
-    let payload = event.provider.len() + event.name.len() + event.message.len() + fields_len;
+) -> Option<&'w [u64]> {
+    let payload = texts.iter().map(|t| t.len()).sum::<usize>() + fields_len;
     let n = words.len();
     // The padding: the last word zeroed first, its front then overwritten
     // by the payload's last bytes (padding is under a word, so all of it
@@ -431,21 +431,18 @@ pub(super) fn stage<'w, F: TypedFields + ?Sized>(
         at: 0,
         overflow: false,
     };
-    s.put(event.provider.as_bytes());
-    s.put(event.name.as_bytes());
-    s.put(event.message.as_bytes());
+    for text in texts {
+        s.put(text.as_bytes());
+    }
     fields.write_to(&mut s);
     if s.overflow || s.at != payload || payload > n * 8 || n * 8 - payload >= 8 {
-        return Err(EncodeError::TooLarge {
-            len: payload,
-            max: n * 8,
-        });
+        return None;
     }
     // SAFETY: bytes 0..payload were written front to back without gaps,
     // and the rest (under a word) lies in the last word, zeroed first: so
     // each of the `n` words is an initialised u64; the slice borrows
     // `words` for as long as the result lives.
-    Ok(unsafe { std::slice::from_raw_parts(s.words.as_ptr().cast::<u64>(), n) })
+    Some(unsafe { std::slice::from_raw_parts(s.words.as_ptr().cast::<u64>(), n) })
 }
 
 #[cfg(test)]
