@@ -43,25 +43,40 @@ pub(super) fn encode_all(
     let start = Instant::now();
     let mut all = Vec::new();
     for f in files {
-        let source = ShardSource::open(&f.path)?;
         let mut bodies = Vec::new();
-        for table in Table::ALL {
-            let mut after = 0;
-            loop {
-                let rows = source.after(table, after, batch, encoding(format))?;
-                let Some(last) = rows.last_id() else {
-                    break;
-                };
-                after = last;
-                bodies.push(Body {
-                    table,
-                    bytes: rows.body().to_vec(),
-                });
-            }
-        }
+        for_each_batch(f, format, batch, |table, body| {
+            bodies.push(Body {
+                table,
+                bytes: body.to_vec(),
+            });
+            Ok(())
+        })?;
         all.push(bodies);
     }
     Ok((all, start.elapsed().as_secs_f64()))
+}
+
+/// Reads `file`'s rows table by table, `batch` at most at a time, as the
+/// exporter cuts them, and hands each batch's encoded body to `each`.
+fn for_each_batch(
+    file: &StoreFile,
+    format: Format,
+    batch: u64,
+    mut each: impl FnMut(Table, &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let source = ShardSource::open(&file.path)?;
+    for table in Table::ALL {
+        let mut after = 0;
+        loop {
+            let rows = source.after(table, after, batch, encoding(format))?;
+            let Some(last) = rows.last_id() else {
+                break;
+            };
+            after = last;
+            each(table, rows.body())?;
+        }
+    }
+    Ok(())
 }
 
 /// What one thread of the bare loop sends.
@@ -115,25 +130,9 @@ fn bare_thread(
         }
         BareWork::Files(files) => {
             for f in files {
-                let source = ShardSource::open(&f.path)?;
-                for table in Table::ALL {
-                    let mut after = 0;
-                    loop {
-                        let rows = source.after(table, after, batch, encoding(format))?;
-                        let Some(last) = rows.last_id() else {
-                            break;
-                        };
-                        after = last;
-                        send(
-                            client,
-                            (db, single),
-                            table,
-                            format,
-                            rows.body(),
-                            &query_id(),
-                        )?;
-                    }
-                }
+                for_each_batch(f, format, batch, |table, body| {
+                    send(client, (db, single), table, format, body, &query_id())
+                })?;
             }
         }
     }

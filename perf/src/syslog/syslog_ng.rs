@@ -94,15 +94,7 @@ pub(super) fn start_syslog_ng(dir: &Path, root: &Path) -> anyhow::Result<SyslogN
         .arg("-c")
         .arg(dir.join("syslog-ng.ctl"))
         .arg("--no-caps")
-        .env(
-            "LD_LIBRARY_PATH",
-            format!(
-                "{}:{}:{}",
-                lib("usr/lib/x86_64-linux-gnu"),
-                lib("usr/lib/syslog-ng"),
-                lib("lib/x86_64-linux-gnu")
-            ),
-        );
+        .env("LD_LIBRARY_PATH", library_path(root));
     let child = start_logged(&mut cmd, &log, "syslog-ng", &[dir.join("log.sock")])?;
     Ok(SyslogNg {
         child,
@@ -113,16 +105,7 @@ pub(super) fn start_syslog_ng(dir: &Path, root: &Path) -> anyhow::Result<SyslogN
 
 impl SyslogNg {
     pub(super) fn env(&self, cmd: &mut Command) {
-        let lib = |p: &str| self.root.join(p).display().to_string();
-        cmd.env(
-            "LD_LIBRARY_PATH",
-            format!(
-                "{}:{}:{}",
-                lib("usr/lib/x86_64-linux-gnu"),
-                lib("usr/lib/syslog-ng"),
-                lib("lib/x86_64-linux-gnu")
-            ),
-        );
+        cmd.env("LD_LIBRARY_PATH", library_path(&self.root));
     }
 }
 
@@ -161,4 +144,16 @@ impl Running for SyslogNg {
 pub(super) fn syslog_ng_rows(dir: &Path) -> anyhow::Result<u64> {
     let c = rusqlite::Connection::open(dir.join("logs.db"))?;
     Ok(c.query_row("SELECT count(*) FROM messages", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// The library folders of the syslog-ng unpacked under `root`, for
+/// `LD_LIBRARY_PATH`.
+fn library_path(root: &Path) -> String {
+    [
+        "usr/lib/x86_64-linux-gnu",
+        "usr/lib/syslog-ng",
+        "lib/x86_64-linux-gnu",
+    ]
+    .map(|p| root.join(p).display().to_string())
+    .join(":")
 }
