@@ -6,13 +6,15 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 14] = [
+const KEYS: [&str; 16] = [
     "raw",
     "layer",
     "fmt_file",
     "syslog",
     "c",
     "c_kv",
+    "c_kv_snprintf",
+    "c_snprintf",
     "c_fields",
     "c_syslog",
     "py",

@@ -14,6 +14,7 @@ use eventd_core::rings::{typed, Field, Level, Value};
 use std::ffi::{c_char, c_int, CStr};
 use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use text::text;
 
 pub const EVENTD_OK: c_int = 0;
 pub const EVENTD_E_INVALID: c_int = -1;
@@ -39,20 +40,6 @@ fn code(d: Dropped) -> c_int {
         Dropped::Failed => EVENTD_E_FAILED,
         Dropped::Limited => EVENTD_E_LIMITED,
     }
-}
-
-/// `p` as a string: None for NULL, Err for text that is not UTF-8.
-///
-/// # Safety
-/// `p` is NULL or points to a NUL-terminated string that stays valid and
-/// unchanged for `'a`.
-unsafe fn text<'a>(p: *const c_char) -> Result<Option<&'a str>, c_int> {
-    if p.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: non-null, and NUL-terminated and live by the caller's promise.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_str().map(Some).map_err(|_| EVENTD_E_INVALID)
 }
 
 /// Runs `f`, turning a panic into `EVENTD_E_INTERNAL`.
@@ -180,6 +167,7 @@ fn with_fields<'a>(
 /// # Safety
 /// `f.key` is NULL or NUL-terminated, and `f.value.str` too when `f.kind`
 /// is `EVENTD_KIND_STR`, valid for `'a`.
+#[inline(always)]
 unsafe fn field<'a>(f: &CField) -> Result<Field<'a>, c_int> {
     // SAFETY: the caller's promise on the key.
     let key = unsafe { text(f.key) }?.ok_or(EVENTD_E_INVALID)?;
@@ -406,3 +394,4 @@ pub extern "C" fn eventd_version() -> *const c_char {
 
 #[cfg(test)]
 mod abi;
+mod text;
