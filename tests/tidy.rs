@@ -31,7 +31,7 @@ const LONG_FILES: &[(&str, &str)] = &[];
 /// harness's are to go with its rewrite into one runner.
 const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("perf/src/ceiling.rs", "run_with", PERF),
-    ("perf/src/clients.rs", "run", PERF),
+    ("perf/src/clients/mod.rs", "run", PERF),
     ("perf/src/load.rs", "produce", PERF),
     ("perf/src/pipeline.rs", "run_indexed", PERF),
     ("perf/src/scale.rs", "point", PERF),

@@ -1,0 +1,82 @@
+//! The C paths (perf/clients/bench.c against libeventd).
+
+use super::cost::{medians, Cost};
+use super::daemon::Daemon;
+use anyhow::{bail, Context};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// libeventd next to this program, built if missing.
+pub(super) fn libeventd() -> anyhow::Result<PathBuf> {
+    let dir = std::env::current_exe()?
+        .parent()
+        .context("the directory of this program")?
+        .to_path_buf();
+    if !dir.join("libeventd.so").is_file() {
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo.args(["build", "-p", "libeventd"]);
+        if release {
+            cargo.arg("--release");
+        }
+        if !cargo.status()?.success() {
+            bail!("cargo build -p libeventd failed");
+        }
+    }
+    Ok(dir)
+}
+
+pub(super) struct CCosts {
+    pub(super) json: Cost,
+    /// `eventd_emit_kv` with values already text: the library's cost.
+    pub(super) kv: Cost,
+    /// `eventd_emit_kv` after two `snprintf`s of the numbers, and those
+    /// `snprintf`s alone: the caller's share.
+    pub(super) kv_snprintf: Cost,
+    pub(super) snprintf: Cost,
+    pub(super) fields: Cost,
+    pub(super) syslog: Cost,
+}
+
+pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = work.join("clients-bench");
+    crate::syslog::run_cmd(
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(repo.join("perf/clients/bench.c"))
+            .arg("-I")
+            .arg(repo.join("clients/c/include"))
+            .arg("-L")
+            .arg(lib)
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-leventd"),
+    )?;
+    let names = [
+        "eventd_emit",
+        "eventd_emit_kv",
+        "eventd_emit_kv_snprintf",
+        "snprintf",
+        "eventd_emit_fields",
+        "syslog",
+    ];
+    let got = medians(&names, || {
+        daemon.settle();
+        crate::syslog::run_cmd(
+            Command::new(&exe)
+                .arg(daemon.kmes())
+                .arg(daemon.syslog_socket())
+                .arg(n.to_string()),
+        )
+    })?;
+    let each = |i: usize| got[i].with_context(|| format!("no {} from {}", names[i], exe.display()));
+    Ok(CCosts {
+        json: each(0)?,
+        kv: each(1)?,
+        kv_snprintf: each(2)?,
+        snprintf: each(3)?,
+        fields: each(4)?,
+        syslog: each(5)?,
+    })
+}

@@ -1,0 +1,95 @@
+//! What a run measures (wall and CPU time per event) and how runs make
+//! one figure.
+
+use crate::runner;
+use anyhow::Context;
+use std::time::Instant;
+
+/// Wall and CPU time (this thread's) per event, ns.
+#[derive(Clone, Copy)]
+pub(super) struct Cost {
+    pub(super) wall: f64,
+    pub(super) cpu: f64,
+}
+
+pub(super) fn thread_cpu_ns() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec to write; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+pub(super) struct Clock(Instant, f64);
+
+pub(super) fn start() -> Clock {
+    Clock(Instant::now(), thread_cpu_ns())
+}
+
+pub(super) fn per_event(clock: Clock, n: u64) -> Cost {
+    Cost {
+        wall: clock.0.elapsed().as_nanos() as f64 / n as f64,
+        cpu: (thread_cpu_ns() - clock.1) / n as f64,
+    }
+}
+
+/// Runs of each measurement.
+pub(super) const RUNS: usize = 3;
+
+/// Median of three runs of `f` (by CPU time, each figure its own median).
+pub(super) fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
+    let runs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| f())?;
+    let runs: Vec<Cost> = runs.into_iter().flatten().collect();
+    Ok(median_of(&runs))
+}
+
+pub(super) fn median_of(runs: &[Cost]) -> Cost {
+    let mid = |v: Vec<f64>| runner::median(&v);
+    Cost {
+        wall: mid(runs.iter().map(|c| c.wall).collect()),
+        cpu: mid(runs.iter().map(|c| c.cpu).collect()),
+    }
+}
+
+/// Events each run emits before its clock starts: a quarter of the timed
+/// ones. A program opens and maps the rings once (and touches each of
+/// their pages once) however many events it emits: the figures are what
+/// each event costs after that, the way other tools' per-event figures
+/// are given.
+pub(super) fn warm(n: u64) -> u64 {
+    n / 4
+}
+
+/// A "NAME WALL CPU" line of a client bench's output.
+pub(super) fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
+    out.lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            if words.next()? != name {
+                return None;
+            }
+            Some(Cost {
+                wall: words.next()?.parse().ok()?,
+                cpu: words.next()?.parse().ok()?,
+            })
+        })
+        .with_context(|| format!("no {name} in {out:?}"))
+}
+
+/// The medians of three runs of a bench program, by the names it prints.
+pub(super) fn medians(
+    names: &[&str],
+    mut run: impl FnMut() -> anyhow::Result<String>,
+) -> anyhow::Result<Vec<Option<Cost>>> {
+    let outs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| run())?;
+    let outs: Vec<String> = outs.into_iter().flatten().collect();
+    Ok(names
+        .iter()
+        .map(|name| {
+            let costs: Vec<Cost> = outs.iter().filter_map(|o| cost(o, name).ok()).collect();
+            (costs.len() == RUNS).then(|| median_of(&costs))
+        })
+        .collect())
+}

@@ -1,0 +1,101 @@
+//! The Rust paths: the raw emitter, tracing through eventd's layer and
+//! through the fmt layer to a file, and a syslog datagram.
+
+use super::cost::{per_event, start, warm, Cost};
+use eventd::rings::{Emitter, Event, Field, Level, Value};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+
+pub(super) fn rust_raw(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
+    let emitter = Emitter::open(kmes)?;
+    let emit = |i: u64| {
+        let fields = [
+            Field::new("order", Value::U64(i)),
+            Field::new("amount", Value::F64(i as f64 * 0.5)),
+            Field::new("paid", Value::Bool(i % 2 == 1)),
+        ];
+        let event = Event {
+            ts_ns: eventd::rings::now_ns(),
+            pid: 1,
+            tid: 1,
+            uid: 0,
+            level: Level::Info,
+            provider: "rust-bench",
+            name: "bench",
+            message: "order taken",
+            fields: "",
+        };
+        let _ = emitter.emit_typed(&event, &fields);
+    };
+    (0..warm(n)).for_each(emit);
+    let clock = start();
+    (0..n).for_each(emit);
+    Ok(per_event(clock, n))
+}
+
+/// Warms up, then times `n` events through the subscriber in force.
+fn tracing_loop(n: u64) -> Cost {
+    let events = |count: u64| {
+        for i in 0..count {
+            tracing::info!(
+                order = i,
+                amount = i as f64 * 0.5,
+                paid = i % 2 == 1,
+                "order taken"
+            );
+        }
+    };
+    events(warm(n));
+    let clock = start();
+    events(n);
+    per_event(clock, n)
+}
+
+pub(super) fn rust_layer(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
+    use tracing_subscriber::prelude::*;
+    let layer = eventd_tracing::EventdLayer::builder()
+        .kmes_dir(kmes)
+        .provider("rust-bench")
+        .layer();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    Ok(tracing::subscriber::with_default(subscriber, || {
+        tracing_loop(n)
+    }))
+}
+
+pub(super) fn rust_fmt_file(dir: &Path, n: u64) -> anyhow::Result<Cost> {
+    use tracing_subscriber::prelude::*;
+    let file = std::fs::File::create(dir.join("fmt.log"))?;
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file));
+    let subscriber = tracing_subscriber::registry().with(layer);
+    Ok(tracing::subscriber::with_default(subscriber, || {
+        tracing_loop(n)
+    }))
+}
+
+/// What a tracing-to-syslog layer does per event: format the message with
+/// its fields in the RFC 3164 shape and send one datagram.
+pub(super) fn rust_syslog(socket: &Path, n: u64) -> anyhow::Result<Cost> {
+    let sock = UnixDatagram::unbound()?;
+    sock.connect(socket)?;
+    let pid = std::process::id();
+    let mut line = String::with_capacity(256);
+    let mut send = |i: u64| {
+        use std::fmt::Write;
+        line.clear();
+        let _ = write!(
+            line,
+            "<14>{} rust-bench[{pid}]: order taken order={i} amount={:?} paid={}",
+            eventd::rings::now_ns() / 1_000_000_000,
+            i as f64 * 0.5,
+            i % 2 == 1
+        );
+        sock.send(line.as_bytes()).map(drop)
+    };
+    (0..warm(n)).try_for_each(&mut send)?;
+    let clock = start();
+    (0..n).try_for_each(&mut send)?;
+    Ok(per_event(clock, n))
+}
