@@ -12,7 +12,7 @@ pub(super) struct Cost {
     pub(super) cpu: f64,
 }
 
-pub(super) fn thread_cpu_ns() -> f64 {
+fn thread_cpu_ns() -> f64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -36,7 +36,7 @@ pub(super) fn per_event(clock: Clock, n: u64) -> Cost {
 }
 
 /// Runs of each measurement.
-pub(super) const RUNS: usize = 3;
+const RUNS: usize = 3;
 
 /// Median of three runs of `f` (by CPU time, each figure its own median).
 pub(super) fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
@@ -45,7 +45,7 @@ pub(super) fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Res
     Ok(median_of(&runs))
 }
 
-pub(super) fn median_of(runs: &[Cost]) -> Cost {
+fn median_of(runs: &[Cost]) -> Cost {
     let mid = |v: Vec<f64>| runner::median(&v);
     Cost {
         wall: mid(runs.iter().map(|c| c.wall).collect()),
@@ -63,7 +63,7 @@ pub(super) fn warm(n: u64) -> u64 {
 }
 
 /// A "NAME WALL CPU" line of a client bench's output.
-pub(super) fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
+fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
     out.lines()
         .find_map(|l| {
             let mut words = l.split_whitespace();
