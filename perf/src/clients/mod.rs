@@ -77,22 +77,16 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let n_py = (n / 10).max(1000);
     let kmes = daemon.kmes();
     // Each run starts with eventd idle (see `Daemon::settle`).
-    let raw = median(|| {
-        daemon.settle();
-        rust_raw(&kmes, n)
-    })?;
-    let layer = median(|| {
-        daemon.settle();
-        rust_layer(&kmes, n)
-    })?;
-    let fmt = median(|| {
-        daemon.settle();
-        rust_fmt_file(&dir, n)
-    })?;
-    let syslog = median(|| {
-        daemon.settle();
-        rust_syslog(&daemon.syslog_socket(), n)
-    })?;
+    let settled = |run: &dyn Fn() -> anyhow::Result<Cost>| {
+        median(|| {
+            daemon.settle();
+            run()
+        })
+    };
+    let raw = settled(&|| rust_raw(&kmes, n))?;
+    let layer = settled(&|| rust_layer(&kmes, n))?;
+    let fmt = settled(&|| rust_fmt_file(&dir, n))?;
+    let syslog = settled(&|| rust_syslog(&daemon.syslog_socket(), n))?;
     let lib = libeventd()?;
     let c = c_bench(&dir, &lib, &daemon, n)?;
     let python = native.clone().unwrap_or_else(|| PathBuf::from("python3"));
