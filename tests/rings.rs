@@ -513,6 +513,35 @@ fn emitter_refuses_a_missing_directory_or_ring() {
     assert!(err.contains("no ring for cpu"), "{err}");
 }
 
+/// Mappings of `path` in this process.
+fn mappings_of(path: &Path) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let name = path.to_str().unwrap();
+    maps.lines().filter(|l| l.ends_with(name)).count()
+}
+
+#[test]
+fn a_dropped_emitter_unmaps_the_rings_its_thread_emitted_into() {
+    let dir = tempfile::tempdir().unwrap();
+    let kmes = eventd::rings::KmesDir::new(dir.path().join("kmes"));
+    let cpus = eventd::rings::online_cpus();
+    let _attached = kmes.attach_all(&cpus, 64 * 1024, Mode::PRIVATE).unwrap();
+    let rings: Vec<_> = cpus.iter().map(|&c| kmes.ring_path(c)).collect();
+    let count = || rings.iter().map(|r| mappings_of(r)).sum::<usize>();
+    let before = count();
+    let emitter = eventd::rings::Emitter::open(kmes.path()).unwrap();
+    emitter.emit(&event("cached:0")).unwrap();
+    // The ring this thread emitted into is mapped once more, and kept in
+    // the thread's cache for the next emit.
+    assert_eq!(count(), before + 1);
+    drop(emitter);
+    assert_eq!(
+        count(),
+        before,
+        "the thread's cache still maps a dropped emitter's ring"
+    );
+}
+
 // ---- processes -------------------------------------------------------------
 
 const CHILD_ENV: &str = "EVENTD_RING_CHILD";

@@ -372,6 +372,19 @@ thread_local! {
     static CACHE: RefCell<Vec<Cached>> = const { RefCell::new(Vec::new()) };
 }
 
+impl Drop for Emitter {
+    /// Takes this emitter's rings out of the dropping thread's cache, so
+    /// their mappings go with the emitter (other threads' entries go when
+    /// they are pushed out, or with the thread).
+    fn drop(&mut self) {
+        let _ = CACHE.try_with(|cache| {
+            if let Ok(mut cache) = cache.try_borrow_mut() {
+                cache.retain(|e| e.emitter != self.id);
+            }
+        });
+    }
+}
+
 impl Emitter {
     /// An emitter for the rings in `dir` (the daemon's `DATA_DIR/kmes`). Fails
     /// if the directory does not exist.
@@ -538,8 +551,11 @@ impl Emitter {
         let hit = CACHE
             .try_with(|cache| {
                 let cache = cache.try_borrow().ok()?;
+                // Newest first: entries of emitters dropped on other
+                // threads stay until pushed out, in front.
                 let entry = cache
                     .iter()
+                    .rev()
                     .find(|e| e.emitter == self.id && e.cpu == cpu && e.generation == generation)?;
                 if entry.identity_check_due(ts_ns)
                     && !self.still_at_its_name(cpu, generation, &entry.ring)
