@@ -35,10 +35,12 @@ pub(super) fn per_event(clock: Clock, n: u64) -> Cost {
     }
 }
 
-/// Runs of each measurement.
-const RUNS: usize = 3;
+/// Runs of each measurement. Each is short (tens of milliseconds for the
+/// native paths): five keep one burst of another tenant's load on this
+/// shared machine, which can span two runs, out of the median.
+pub(super) const RUNS: usize = 5;
 
-/// Median of three runs of `f` (by CPU time, each figure its own median).
+/// Median of [`RUNS`] runs of `f` (by CPU time, each figure its own median).
 pub(super) fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Result<Cost> {
     let runs = runner::interleave(&[()], RUNS, runner::Order::Same, |_, _| f())?;
     let runs: Vec<Cost> = runs.into_iter().flatten().collect();
@@ -78,7 +80,7 @@ fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
         .with_context(|| format!("no {name} in {out:?}"))
 }
 
-/// The medians of three runs of a bench program, by the names it prints.
+/// The medians of [`RUNS`] runs of a bench program, by the names it prints.
 pub(super) fn medians(
     names: &[&str],
     mut run: impl FnMut() -> anyhow::Result<String>,

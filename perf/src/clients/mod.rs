@@ -19,7 +19,7 @@
 //!   ./clients/python`), once: the venv is kept under the work directory
 //!   (or `$EVENTD_PERF_VENV`) and reused.
 //!
-//! Every figure is the median of three runs of `--messages` events (one
+//! Every figure is the median of five runs of `--messages` events (one
 //! thread, after a quarter as many untimed: see [`warm`]), in nanoseconds
 //! per event, printed beside the issue's goal or a
 //! published figure of another tool (an anchor), with the ratio.
@@ -31,7 +31,7 @@ mod python;
 mod rust;
 
 use c::{c_bench, libeventd};
-use cost::{median, Cost};
+use cost::{median, Cost, RUNS};
 use daemon::Daemon;
 use python::{python_bench, python_with_package};
 use rust::{rust_fmt_file, rust_layer, rust_raw, rust_syslog};
@@ -94,7 +94,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     drop(daemon);
 
     println!(
-        "per event, median of 3 runs, one thread ({n} events; Python {n_py}); CPU: the \
+        "per event, median of {RUNS} runs, one thread ({n} events; Python {n_py}); CPU: the \
          emitting thread's own CPU time, wall: elapsed (eventd shares the CPUs)"
     );
     println!(
