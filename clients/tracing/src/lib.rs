@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Each event is one record in the ring of the CPU the thread runs on,
-//! its fields written typed (binary, no number formatting): about 145
+//! its fields written typed (binary, no number formatting): 140–180
 //! nanoseconds of the emitting thread's CPU for `tracing::info!` with three
 //! fields on the machine of docs/performance.md, no system call, no lock,
 //! never a wait for eventd. What goes where (docs/guide/emitting.md):
