@@ -9,6 +9,8 @@
 //! called from any thread at once, except `eventd_close`, which must be the
 //! last call on its handle.
 
+mod text;
+
 use eventd_core::rings::client::{Dropped, Producer};
 use eventd_core::rings::{typed, Field, Level, Value};
 use std::ffi::{c_char, c_int, CStr};
@@ -394,4 +396,3 @@ pub extern "C" fn eventd_version() -> *const c_char {
 
 #[cfg(test)]
 mod abi;
-mod text;
