@@ -308,16 +308,22 @@ pub fn validate(bytes: &[u8]) -> Result<(), Malformed> {
 const KEYS_COMPARED_MAX: usize = 64;
 
 /// Writes a typed payload as the JSON object text the formatted path would
-/// have stored (into `out`, cleared first; finished).
+/// have stored (into `out`, cleared first; finished). One walk over the
+/// entries: a malformed one ends it with an error and `out` partly
+/// written (the reader has validated the record before; it drops `out`).
 pub fn to_json(bytes: &[u8], out: &mut Fields) -> Result<(), Malformed> {
     out.clear();
-    let count = entries(bytes).try_fold(0usize, |n, e| e.map(|_| n + 1))?;
-    let mut seen = (count > KEYS_COMPARED_MAX).then(|| {
-        out.assume_unique_keys();
-        std::collections::HashSet::with_capacity(count)
-    });
-    for entry in entries(bytes) {
+    // Up to KEYS_COMPARED_MAX entries `out` finds repeats itself, by
+    // comparing; past them a hash set of the keys so far takes over.
+    let mut seen: Option<std::collections::HashSet<&str>> = None;
+    for (i, entry) in entries(bytes).enumerate() {
         let Field { key, value } = entry?;
+        if i == KEYS_COMPARED_MAX {
+            // The entries before this one parsed already.
+            let before = entries(bytes).take(i).filter_map(|e| e.ok().map(|f| f.key));
+            seen = Some(before.collect());
+            out.assume_unique_keys();
+        }
         if seen.as_mut().is_some_and(|seen| !seen.insert(key)) {
             continue;
         }

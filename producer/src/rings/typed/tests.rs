@@ -311,6 +311,17 @@ fn many_keys_keep_the_first_of_each_as_few_do() {
     to_json(e.encoded().0, &mut typed).unwrap();
     assert_eq!(typed.text(), formatted.finish());
     assert!(typed.text().contains(r#""k0":0,"#) && !typed.text().contains(":150"));
+    // Repeats before the set takes over, and of those keys after it.
+    let mut e = Encoder::default();
+    let mut formatted = Fields::default();
+    for i in 0..300u64 {
+        let k = format!("r{}", i % 40);
+        e.u64(&k, i);
+        formatted.u64(&k, i);
+    }
+    to_json(e.encoded().0, &mut typed).unwrap();
+    assert_eq!(typed.text(), formatted.finish());
+    assert!(typed.text().contains(r#""r39":39}"#) && !typed.text().contains(":40"));
     // The set is gone with the next object: a repeat is found again.
     to_json(
         &encode(&[
