@@ -145,6 +145,34 @@ impl RingMemory {
         }
     }
 
+    /// Words `start..start + len` (one bounds check for a whole record,
+    /// rather than one per word).
+    #[inline(always)]
+    pub fn words(&self, start: usize, len: usize) -> &[AtomicU64] {
+        let end = start.checked_add(len);
+        assert!(
+            end.is_some_and(|end| end <= self.words),
+            "ring words {start}+{len} out of {}",
+            self.words
+        );
+        #[cfg(not(loom))]
+        {
+            // SAFETY: in bounds (asserted), 8-byte aligned (as in `word`),
+            // and the mapping lives as long as `self`; atomics only, as in
+            // `word`.
+            unsafe {
+                std::slice::from_raw_parts(
+                    self.map.ptr.as_ptr().add(start * 8).cast::<AtomicU64>(),
+                    len,
+                )
+            }
+        }
+        #[cfg(loom)]
+        {
+            &self.cells[start..start + len]
+        }
+    }
+
     /// The reader's futex word (the low half of header word `H_FUTEX`).
     #[inline(always)]
     pub fn futex(&self) -> &AtomicU32 {

@@ -34,28 +34,29 @@
 //!
 //! A reader with nothing to read sets `WAIT` in the reserve word (with a CAS on
 //! the exact value it checked) and sleeps on the ring's futex. The next
-//! reservation sees `WAIT` in the value it replaced; after committing, that
-//! producer bumps the futex word and wakes the reader. `WAIT` stays set until
-//! the reader clears it, so a producer that dies before its wake cannot leave
-//! the reader asleep while later events arrive.
+//! reservation sees `WAIT` in the value it replaced and clears it in the same
+//! CAS; after committing, that producer bumps the futex word and wakes the
+//! reader. So one event per sleep pays for the wake (a `futex` call), not
+//! every event until the reader runs again: with eventd stopped, or slow to
+//! be scheduled, producers keep emitting without a system call. A producer
+//! that dies between its reservation and its wake leaves the reader asleep
+//! until its timeout (the drain's is 250 ms, the cap 5 s): later events wait
+//! that long to be read, and none is lost.
 
 use super::event::{EncodeError, Event};
 use super::format::*;
 use super::typed::{stage, TypedFields, FLAG_TYPED_FIELDS, STAGE_WORDS};
 use super::Ring;
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 use std::mem::MaybeUninit;
 
 /// The words of a record being written, from R_TS on: each goes into the
 /// ring as it comes and into the checksum.
 struct Body<'a> {
-    ring: &'a Ring,
-    /// The record's first word in the ring.
-    base: usize,
-    /// The record's next word (R_TS ≤ next ≤ end).
+    /// The record's words in the ring, all of its reservation.
+    record: &'a [AtomicU64],
+    /// The record's next word (R_TS ≤ next ≤ record.len()).
     next: usize,
-    /// The record's length in words.
-    end: usize,
     check: Checksum,
 }
 
@@ -64,15 +65,12 @@ impl Body<'_> {
     fn put(&mut self, w: u64) {
         // A body never writes past its reservation: a word beyond it would
         // land in another record.
-        if self.next >= self.end {
+        let Some(cell) = self.record.get(self.next) else {
             debug_assert!(false, "record body longer than reserved");
             return;
-        }
+        };
         // Relaxed: published by the Release CAS to COMMITTED.
-        self.ring
-            .mem
-            .word(self.base + self.next)
-            .store(w, Ordering::Relaxed);
+        cell.store(w, Ordering::Relaxed);
         self.check.add(w);
         self.next += 1;
     }
@@ -81,20 +79,17 @@ impl Body<'_> {
     /// locals (registers) for the whole run rather than in `self`.
     #[inline(always)]
     fn put_all(&mut self, words: &[u64]) {
-        let (mut check, mut next) = (self.check, self.next);
-        let mem = &self.ring.mem;
-        for &w in words {
-            // As in `put`: never past the reservation.
-            if next >= self.end {
-                debug_assert!(false, "record body longer than reserved");
-                break;
-            }
+        let rest = self.record.get(self.next..).unwrap_or_default();
+        // As in `put`: never past the reservation (`zip` stops at its end).
+        debug_assert!(words.len() <= rest.len(), "record body longer than reserved");
+        let mut check = self.check;
+        for (cell, &w) in rest.iter().zip(words) {
             // Relaxed: published by the Release CAS to COMMITTED.
-            mem.word(self.base + next).store(w, Ordering::Relaxed);
+            cell.store(w, Ordering::Relaxed);
             check.add(w);
-            next += 1;
         }
-        (self.check, self.next) = (check, next);
+        self.check = check;
+        self.next += words.len().min(rest.len());
     }
 }
 
@@ -209,17 +204,15 @@ impl Ring {
             return Err(EmitError::Overwritten);
         };
         let base = self.geometry.data_index(r.ticket, r.offset);
-        let word = |i: usize| self.mem.word(base + i);
+        let record = self.mem.words(base, words as usize);
         let mut b = Body {
-            ring: self,
-            base,
+            record,
             next: R_TS,
-            end: words as usize,
             check: Checksum::new(state),
         };
         body(&mut b);
         debug_assert_eq!(b.next, words as usize);
-        word(R_CHECKSUM).store(b.check.finish(), Ordering::Relaxed);
+        record[R_CHECKSUM].store(b.check.finish(), Ordering::Relaxed);
         let committed = RecordState {
             state: STATE_COMMITTED,
             ..RecordState::unpack(state)
@@ -228,7 +221,7 @@ impl Ring {
         // Release: the body is visible to a reader that Acquire-loads
         // COMMITTED. A failed CAS means the reader gave up on us (abandoned)
         // or the page was reused; either way the event is counted lost.
-        if word(R_STATE)
+        if record[R_STATE]
             .compare_exchange(state, committed, Ordering::Release, Ordering::Relaxed)
             .is_err()
         {
@@ -322,9 +315,12 @@ impl Ring {
             let fits =
                 w.offset + words <= self.geometry.data_words() && w.count < RECORDS_PER_PAGE_MAX;
             let next = if fits {
+                // A reservation takes WAIT with it: this producer wakes the
+                // reader, and the ones after it do not (see the module docs).
                 Reserve {
                     offset: w.offset + words,
                     count: w.count + 1,
+                    wait: false,
                     ..w
                 }
             } else {
@@ -425,5 +421,71 @@ impl Ring {
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::rings::{Level, RingItem, RingReader};
+    use std::sync::Arc;
+
+    fn event(message: &str) -> Event<'_> {
+        Event {
+            ts_ns: 1_700_000_000_000_000_000,
+            pid: 1,
+            tid: 2,
+            uid: 3,
+            level: Level::Info,
+            provider: "wake",
+            name: "test",
+            message,
+            fields: "",
+        }
+    }
+
+    /// What a reader does before it sleeps: WAIT set in the reserve word.
+    fn set_wait(ring: &Ring) {
+        ring.mem.word(H_RESERVE).fetch_or(1, Ordering::SeqCst);
+        assert!(Reserve::unpack(ring.mem.word(H_RESERVE).load(Ordering::SeqCst)).wait);
+    }
+
+    fn wakes(ring: &Ring) -> u32 {
+        ring.mem.futex().load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn one_event_wakes_a_sleeping_reader_and_the_next_ones_make_no_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Geometry::new(16 * 1024, 4).unwrap();
+        let ring = Arc::new(Ring::create(&dir.path().join("cpu-000.ring"), g, 0).unwrap());
+        let before = wakes(&ring);
+        ring.emit(&event("no one waits")).unwrap();
+        assert_eq!(wakes(&ring), before, "no reader asleep: no wake");
+        // A reader that went to sleep and is not running (eventd stopped):
+        // the first event wakes it and takes WAIT with it; the rest of the
+        // events do not call again.
+        set_wait(&ring);
+        for i in 0..100 {
+            ring.emit(&event(&format!("event {i}"))).unwrap();
+        }
+        assert_eq!(wakes(&ring), before + 1);
+        let w = Reserve::unpack(ring.mem.word(H_RESERVE).load(Ordering::SeqCst));
+        assert!(!w.wait, "the waking reservation cleared WAIT");
+        // The next sleep is woken again, through a page switch too.
+        set_wait(&ring);
+        let long = "x".repeat(3000);
+        for _ in 0..12 {
+            ring.emit(&event(&long)).unwrap();
+        }
+        assert_eq!(wakes(&ring), before + 2);
+        // Every event is there to read.
+        let mut reader = RingReader::new(Arc::clone(&ring));
+        let mut read = 0;
+        while let Some(item) = reader.poll() {
+            assert!(matches!(item, RingItem::Event { .. }), "{item:?}");
+            read += 1;
+        }
+        assert_eq!(read, 113);
     }
 }
