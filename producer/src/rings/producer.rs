@@ -81,7 +81,10 @@ impl Body<'_> {
     fn put_all(&mut self, words: &[u64]) {
         let rest = self.record.get(self.next..).unwrap_or_default();
         // As in `put`: never past the reservation (`zip` stops at its end).
-        debug_assert!(words.len() <= rest.len(), "record body longer than reserved");
+        debug_assert!(
+            words.len() <= rest.len(),
+            "record body longer than reserved"
+        );
         let mut check = self.check;
         for (cell, &w) in rest.iter().zip(words) {
             // Relaxed: published by the Release CAS to COMMITTED.
