@@ -76,10 +76,36 @@ fn json_is_what_the_formatted_path_writes() {
 #[test]
 fn long_keys_are_cut_at_a_character_boundary() {
     let key = "é".repeat(200);
-    let bytes = encode(&[Field::new(&key, Value::Bool(true))]);
-    let back = entries(&bytes).next().unwrap().unwrap();
-    assert_eq!(back.key.len(), 254);
-    assert!(back.key.chars().all(|c| c == 'é'));
+    for value in [
+        Value::Bool(true),
+        Value::I64(-1),
+        Value::U64(7),
+        Value::F64(0.5),
+    ] {
+        let bytes = encode(&[Field::new(&key, value)]);
+        let back = entries(&bytes).next().unwrap().unwrap();
+        assert_eq!(back.key.len(), 254);
+        assert!(back.key.chars().all(|c| c == 'é'));
+        assert_eq!(back.value, value);
+    }
+}
+
+#[test]
+fn the_encoder_writes_the_bytes_a_field_slice_does() {
+    let key: String = "k".repeat(300);
+    for len in [0, 1, 7, 8, 9, 254, 255, 256, 300] {
+        for field in every_kind() {
+            let field = Field::new(&key[..len], field.value);
+            let mut direct = Vec::new();
+            field.encode(&mut direct);
+            assert_eq!(
+                encode(&[field]),
+                direct,
+                "key of {len} bytes, {:?}",
+                field.value
+            );
+        }
+    }
 }
 
 #[test]
