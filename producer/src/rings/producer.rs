@@ -333,21 +333,7 @@ impl Ring {
                 }
             };
             if w.offset > self.geometry.data_words() || w.count > RECORDS_PER_PAGE_MAX {
-                // A scribbled reserve word: close the page so the ring moves on.
-                let closed = Reserve {
-                    offset: Reserve::CLOSED,
-                    count: w.count.min(RECORDS_PER_PAGE_MAX),
-                    ..w
-                };
-                current = match reserve.compare_exchange(
-                    current,
-                    closed.pack(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => closed.pack(),
-                    Err(actual) => actual,
-                };
+                current = close_scribbled(reserve, current, w);
                 continue;
             }
             // AcqRel: Acquire so the page's meta word written by its opener is
@@ -424,6 +410,21 @@ impl Ring {
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
+    }
+}
+
+/// Closes the page of a scribbled reserve word `w` (read as `current`) so
+/// the ring moves on; returns the word as it is now.
+fn close_scribbled(reserve: &AtomicU64, current: u64, w: Reserve) -> u64 {
+    let closed = Reserve {
+        offset: Reserve::CLOSED,
+        count: w.count.min(RECORDS_PER_PAGE_MAX),
+        ..w
+    };
+    // AcqRel / Acquire: as the reservation's own CAS.
+    match reserve.compare_exchange(current, closed.pack(), Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => closed.pack(),
+        Err(actual) => actual,
     }
 }
 
