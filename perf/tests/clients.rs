@@ -6,9 +6,11 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 18] = [
     "raw",
     "layer",
+    "raw_alone",
+    "layer_alone",
     "fmt_file",
     "syslog",
     "c",
