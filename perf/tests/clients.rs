@@ -6,11 +6,9 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 18] = [
+const KEYS: [&str; 16] = [
     "raw",
     "layer",
-    "raw_alone",
-    "layer_alone",
     "fmt_file",
     "syslog",
     "c",

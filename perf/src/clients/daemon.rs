@@ -88,27 +88,6 @@ impl Daemon {
     }
 }
 
-/// eventd stopped (SIGSTOP) until this is dropped (SIGCONT): a run then
-/// measures the emitting thread alone, with no drain reading the rings
-/// and no writer storing on the same two CPUs. The rings take the events
-/// all the same (overwriting their oldest pages once full).
-pub(super) struct Paused<'a>(&'a Daemon);
-
-impl Daemon {
-    pub(super) fn pause(&self) -> Paused<'_> {
-        // SAFETY: kill with our unreaped child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGSTOP) };
-        Paused(self)
-    }
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        // SAFETY: kill with our unreaped child's pid.
-        unsafe { libc::kill(self.0.child.id() as i32, libc::SIGCONT) };
-    }
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
         // SAFETY: kill with our unreaped child's pid.

@@ -85,17 +85,6 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     };
     let raw = settled(&|| rust_raw(&kmes, n))?;
     let layer = settled(&|| rust_layer(&kmes, n))?;
-    // The same two with eventd stopped meanwhile: what the emitting thread
-    // costs on its own, without eventd storing on the other CPU (on a
-    // host with more CPUs than two the daemon does not share them).
-    let alone = |run: &dyn Fn() -> anyhow::Result<Cost>| {
-        settled(&|| {
-            let _paused = daemon.pause();
-            run()
-        })
-    };
-    let raw_alone = alone(&|| rust_raw(&kmes, n))?;
-    let layer_alone = alone(&|| rust_layer(&kmes, n))?;
     let fmt = settled(&|| rust_fmt_file(&dir, n))?;
     let syslog = settled(&|| rust_syslog(&daemon.syslog_socket(), n))?;
     let lib = libeventd()?;
@@ -134,16 +123,6 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         Some(&GOAL_LAYER),
     );
     row("", layer, Some(&SPDLOG));
-    row(
-        "Rust: raw emit, eventd paused (the thread alone)",
-        raw_alone,
-        Some(&GOAL_RAW),
-    );
-    row(
-        "Rust: tracing layer, eventd paused (the thread alone)",
-        layer_alone,
-        Some(&GOAL_LAYER),
-    );
     row(
         "Rust: tracing::info!, 3 fields, fmt layer to a file",
         fmt,
@@ -229,16 +208,6 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     for (what, got, met) in [
         ("Rust raw emit <= 100 ns", raw.cpu, raw.cpu <= 100.0),
         ("tracing layer <= 150 ns", layer.cpu, layer.cpu <= 150.0),
-        (
-            "Rust raw emit <= 100 ns, eventd paused",
-            raw_alone.cpu,
-            raw_alone.cpu <= 100.0,
-        ),
-        (
-            "tracing layer <= 150 ns, eventd paused",
-            layer_alone.cpu,
-            layer_alone.cpu <= 150.0,
-        ),
         ("C eventd_emit_kv <= 150 ns", c.kv.cpu, c.kv.cpu <= 150.0),
     ] {
         println!("  {what:<54} {got:>9.1} ns  {}", ok(met));
@@ -321,13 +290,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     }
 
     let mut last = format!(
-        "clients cpu_ns raw={:.1} layer={:.1} raw_alone={:.1} layer_alone={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
+        "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
          c_kv_snprintf={:.1} c_snprintf={:.1} c_fields={:.1} c_syslog={:.1} py={:.1} \
          py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1}",
         raw.cpu,
         layer.cpu,
-        raw_alone.cpu,
-        layer_alone.cpu,
         fmt.cpu,
         syslog.cpu,
         c.json.cpu,
