@@ -266,6 +266,55 @@ fn the_io_uring_ring_defers_its_work_to_the_receiving_thread_where_the_kernel_ca
 }
 
 #[test]
+fn the_io_uring_receive_keeps_delivering_across_quiet_periods_and_stop_and_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(
+        dir.path(),
+        "SyslogReceive = \"io_uring\"\nRateLimitBurst = 0\n",
+    );
+    let eventd = Eventd::start(&data, Some(&cfg));
+    let socket = data.join("run/syslog.sock");
+    let mut sent = Vec::new();
+    for round in 0..3 {
+        // Longer than the receiver's two check periods (1 s each) with
+        // nothing to read, and eventd stopped and continued while idle.
+        for _ in 0..5 {
+            signal(&eventd.child, libc::SIGSTOP);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            signal(&eventd.child, libc::SIGCONT);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2200));
+        sent.extend(burst(&socket, &format!("idle{round}"), 2000));
+        // Datagrams queued while eventd is stopped (the sender blocks once
+        // the socket's queue is full, until eventd continues).
+        signal(&eventd.child, libc::SIGSTOP);
+        let pid = eventd.child.id() as i32;
+        let resume = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // SAFETY: kill with the pid of the test's unreaped child.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        });
+        sent.extend(burst(&socket, &format!("stopped{round}"), 2000));
+        resume.join().unwrap();
+    }
+    wait_for_events(&data, sent.len() as u64);
+    let mut stored: Vec<String> = rows(&data).into_iter().map(|r| r.5).collect();
+    stored.sort();
+    sent.sort();
+    assert_eq!(stored, sent, "every message exactly once");
+    let stats = syslog_stats(&data);
+    assert_eq!(stats["path"], "io_uring", "{stats}");
+    assert_eq!(
+        stats["receive_errors"], 0,
+        "never taken for stalled: {stats}"
+    );
+    let log = std::fs::read_to_string(&eventd.log).unwrap();
+    assert!(!log.contains("delivered nothing"), "{log}");
+    eventd.stop();
+}
+
+#[test]
 fn the_recvmmsg_fallback_forced_on_stores_every_message() {
     receive_paths_store_every_message("recvmmsg");
 }

@@ -10,6 +10,11 @@
 //! the kernel ends the multishot request (ENOBUFS): the slots are given back
 //! and the request is made again. Messages wait in the socket meanwhile;
 //! nothing is lost.
+//!
+//! Waits last at most a second: a receive that stays armed yet delivers
+//! nothing for two of them while the socket holds datagrams is cancelled
+//! and made again (counted in `receive_errors`, said in the log), so that
+//! a lost wake-up costs senders two seconds, not every send from then on.
 
 use super::record::{control_messages, Ingest, Transport};
 use super::recvmmsg::{CONTROL_BYTES, DATAGRAM_BYTES_MAX};
@@ -189,10 +194,27 @@ impl UringReceiver {
         stop: &AtomicBool,
         done: &mut Vec<(u64, i32, u32)>,
     ) -> Result<(), Unavailable> {
+        // Waits are bounded where the kernel can (5.11 and later), so that
+        // a receive that stops delivering is noticed (see `StallWatch`).
+        let period = types::Timespec::new().sec(STALL_CHECK_SECS);
+        let bounded = types::SubmitArgs::new().timespec(&period);
+        let can_bound = self.ring.params().is_feature_ext_arg();
+        let mut watch = StallWatch::default();
         loop {
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
+            let waited = if can_bound {
+                self.ring.submitter().submit_with_args(1, &bounded)
+            } else {
+                self.ring.submit_and_wait(1)
+            };
+            match waited {
+                Ok(_) => watch.saw_completions(),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) => {
+                    if watch.quiet_period(self.armed && readable(fd)) {
+                        self.receive_again(fd, ingest, stats, done)?;
+                    }
+                    continue;
+                }
                 Err(e) => return Err(Unavailable::Io(e)),
             }
             stats.receive_calls.fetch_add(1, Ordering::Relaxed);
@@ -220,6 +242,28 @@ impl UringReceiver {
                 self.arm(fd)?;
             }
         }
+    }
+
+    /// Cancels a receive that stopped delivering and makes it again.
+    fn receive_again(
+        &mut self,
+        fd: RawFd,
+        ingest: &mut Ingest,
+        stats: &SyslogStats,
+        done: &mut Vec<(u64, i32, u32)>,
+    ) -> Result<(), Unavailable> {
+        stats.receive_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            waited_s = STALL_CHECK_SECS * u64::from(STALL_PERIODS),
+            "the io_uring receive delivered nothing while datagrams waited on the syslog \
+             socket; it is cancelled and made again"
+        );
+        if !self.cancel(ingest, stats, done) {
+            return Err(Unavailable::Io(std::io::Error::other(
+                "the stalled io_uring receive could not be cancelled",
+            )));
+        }
+        self.arm(fd)
     }
 
     /// Handles every completion that is ready.
@@ -317,6 +361,51 @@ impl UringReceiver {
     }
 }
 
+/// Seconds a bounded wait lasts before the receiver looks at its socket.
+const STALL_CHECK_SECS: u64 = 1;
+/// Quiet periods in a row with datagrams waiting that mean the receive
+/// stopped delivering.
+const STALL_PERIODS: u32 = 2;
+
+/// Notices a multishot receive that is armed yet delivers nothing while
+/// the socket holds datagrams: once seen on a kernel under SIGSTOP and
+/// SIGCONT of eventd (its poll waited with datagrams queued and every
+/// sender blocked). Two quiet periods in a row, not one, so that a
+/// datagram arriving just as a wait timed out is not taken for a stall.
+#[derive(Default)]
+struct StallWatch {
+    quiet_with_data: u32,
+}
+
+impl StallWatch {
+    fn saw_completions(&mut self) {
+        self.quiet_with_data = 0;
+    }
+
+    /// A wait ended with no completion; `waiting` is whether the receive
+    /// is armed and the socket has datagrams. True: make it again.
+    fn quiet_period(&mut self, waiting: bool) -> bool {
+        self.quiet_with_data = if waiting { self.quiet_with_data + 1 } else { 0 };
+        if self.quiet_with_data >= STALL_PERIODS {
+            self.quiet_with_data = 0;
+            return true;
+        }
+        false
+    }
+}
+
+/// Whether `fd` has something to read now.
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout: poll only reports.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & libc::POLLIN != 0
+}
+
 /// What one round of completions said.
 #[derive(Default)]
 struct Completions {
@@ -326,4 +415,31 @@ struct Completions {
     ended: bool,
     /// The receive failed for another reason than running out of buffers.
     failed: Option<std::io::Error>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_quiet_periods_in_a_row_with_data_waiting_mean_a_stall() {
+        let mut w = StallWatch::default();
+        assert!(!w.quiet_period(true));
+        w.saw_completions();
+        assert!(!w.quiet_period(true), "a completion in between resets");
+        assert!(!w.quiet_period(false));
+        assert!(!w.quiet_period(true), "an empty socket in between resets");
+        assert!(w.quiet_period(true));
+        assert!(!w.quiet_period(true), "counted afresh after a stall");
+        assert!(w.quiet_period(true));
+    }
+
+    #[test]
+    fn a_socket_with_a_datagram_is_readable_and_an_empty_one_not() {
+        use std::os::fd::AsRawFd;
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        assert!(!readable(b.as_raw_fd()));
+        a.send(b"x").unwrap();
+        assert!(readable(b.as_raw_fd()));
+    }
 }
