@@ -182,11 +182,18 @@ fn the_drains_limits_count_a_flood_exactly() {
     let written = stats["stats"]["rate_limits"]["reports"].as_u64().unwrap();
     // The quiet provider's events lapped by the flood are in the
     // overwritten gaps too, as are eventd's reports lapped in a CPU ring.
-    assert_eq!(
-        stored + suppressed + overwritten,
-        emitted + (1000 - quiet_stored) + (written - reports),
+    // So is an event lapped while its thread was writing it (preempted
+    // between its reservation and its commit, while another flooder on
+    // that CPU went round the ring): its emit failed (counted in
+    // `refused`), yet its sequence number was taken.
+    let accounted = stored + suppressed + overwritten;
+    let written_ok = emitted + (1000 - quiet_stored) + (written - reports);
+    let refused_now = refused.load(Ordering::Relaxed);
+    assert!(
+        (written_ok..=written_ok + refused_now).contains(&accounted),
         "flood: stored {stored} + suppressed {suppressed} + overwritten {overwritten} = \
-         emitted {emitted} (+ {} quiet, {} reports overwritten)",
+         {accounted}, not emitted {emitted} (+ {} quiet, {} reports overwritten) = \
+         {written_ok}, plus at most the {refused_now} emits that failed",
         1000 - quiet_stored,
         written - reports
     );

@@ -72,28 +72,15 @@ impl<'a> Field<'a> {
 
     #[inline]
     fn encode(&self, out: &mut impl Sink) {
-        let key = truncate(self.key, KEY_BYTES_MAX);
-        out.put(&[key.len() as u8]);
-        out.put(key.as_bytes());
+        let key = truncate(self.key, KEY_BYTES_MAX).as_bytes();
         match self.value {
-            Value::I64(v) => {
-                out.put(&[KIND_I64]);
-                out.put(&v.to_le_bytes());
-            }
-            Value::U64(v) => {
-                out.put(&[KIND_U64]);
-                out.put(&v.to_le_bytes());
-            }
-            Value::F64(v) => {
-                out.put(&[KIND_F64]);
-                out.put(&v.to_bits().to_le_bytes());
-            }
-            Value::Bool(v) => out.put(&[KIND_BOOL, u8::from(v)]),
+            Value::I64(v) => out.entry(key, KIND_I64, &v.to_le_bytes(), &[]),
+            Value::U64(v) => out.entry(key, KIND_U64, &v.to_le_bytes(), &[]),
+            Value::F64(v) => out.entry(key, KIND_F64, &v.to_bits().to_le_bytes(), &[]),
+            Value::Bool(v) => out.entry(key, KIND_BOOL, &[u8::from(v)], &[]),
             Value::Str(s) => {
-                let s = truncate(s, u32::MAX as usize);
-                out.put(&[KIND_STR]);
-                out.put(&(s.len() as u32).to_le_bytes());
-                out.put(s.as_bytes());
+                let s = truncate(s, u32::MAX as usize).as_bytes();
+                out.entry(key, KIND_STR, &(s.len() as u32).to_le_bytes(), s)
             }
         }
     }
@@ -115,12 +102,57 @@ pub fn truncate(s: &str, max: usize) -> &str {
 
 /// Where encoded bytes go.
 trait Sink {
+    /// Appends `bytes`.
     fn put(&mut self, bytes: &[u8]);
+    /// Appends one entry: `key` (at most [`KEY_BYTES_MAX`] bytes) after
+    /// its length, `kind`, then `head` (the value, or a string's length)
+    /// and `tail` (a string's bytes). One room check for all of it.
+    fn entry(&mut self, key: &[u8], kind: u8, head: &[u8], tail: &[u8]);
+}
+
+/// Writes an entry (see [`Sink::entry`]) at `dst`; returns its length.
+///
+/// # Safety
+/// `dst` is valid for writing [`entry_len`] bytes and overlaps none of the
+/// slices.
+#[inline(always)]
+unsafe fn write_entry(dst: *mut u8, key: &[u8], kind: u8, head: &[u8], tail: &[u8]) -> usize {
+    let k = key.len();
+    // SAFETY: the caller makes room for all 2 + k + head + tail bytes;
+    // each write below lands in its own part of that room.
+    unsafe {
+        dst.write(k as u8);
+        copy_short(key, dst.add(1));
+        dst.add(1 + k).write(kind);
+        copy_short(head, dst.add(2 + k));
+        copy_short(tail, dst.add(2 + k + head.len()));
+    }
+    entry_len(key, head, tail)
+}
+
+#[inline(always)]
+fn entry_len(key: &[u8], head: &[u8], tail: &[u8]) -> usize {
+    2 + key.len() + head.len() + tail.len()
 }
 
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, key: &[u8], kind: u8, head: &[u8], tail: &[u8]) {
+        debug_assert!(key.len() <= KEY_BYTES_MAX);
+        let n = entry_len(key, head, tail);
+        self.reserve(n);
+        // SAFETY: `reserve` made room for `n` bytes past the length, which
+        // `write_entry` fills (slices we were given cannot overlap the
+        // vector we hold mutably); then all of them are initialised.
+        unsafe {
+            let len = self.len();
+            write_entry(self.as_mut_ptr().add(len), key, kind, head, tail);
+            self.set_len(len + n);
+        }
     }
 }
 
@@ -196,37 +228,9 @@ impl Encoder {
         Encoded(&self.buf)
     }
 
-    pub fn field(&mut self, key: &str, value: Value<'_>) {
-        match value {
-            Value::I64(v) => self.word_entry(key, KIND_I64, v.to_le_bytes()),
-            Value::U64(v) => self.word_entry(key, KIND_U64, v.to_le_bytes()),
-            Value::F64(v) => self.word_entry(key, KIND_F64, v.to_bits().to_le_bytes()),
-            Value::Bool(_) | Value::Str(_) => Field::new(key, value).encode(&mut self.buf),
-        }
-    }
-
-    /// An entry with an 8-byte value (the common one), written with one
-    /// capacity check rather than one per part.
     #[inline]
-    fn word_entry(&mut self, key: &str, kind: u8, value: [u8; 8]) {
-        let key = truncate(key, KEY_BYTES_MAX).as_bytes();
-        let n = 1 + key.len() + 1 + 8;
-        self.buf.reserve(n);
-        let spare = &mut self.buf.spare_capacity_mut()[..n];
-        let (head, rest) = spare.split_at_mut(1);
-        let (k, rest) = rest.split_at_mut(key.len());
-        head[0].write(key.len() as u8);
-        for (d, &b) in k.iter_mut().zip(key) {
-            d.write(b);
-        }
-        rest[0].write(kind);
-        for (d, &b) in rest[1..].iter_mut().zip(&value) {
-            d.write(b);
-        }
-        let len = self.buf.len() + n;
-        // SAFETY: `reserve` made room for `n` more bytes, and each of the
-        // `n` spare bytes was written just above (1 + key + 1 + 8).
-        unsafe { self.buf.set_len(len) };
+    pub fn field(&mut self, key: &str, value: Value<'_>) {
+        Field::new(key, value).encode(&mut self.buf);
     }
 
     /// Whether an entry has `key` (cut as entries cut it): a walk over
@@ -401,6 +405,24 @@ impl Sink for Staging<'_> {
             copy_short(bytes, dst);
         }
         self.at += bytes.len();
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, key: &[u8], kind: u8, head: &[u8], tail: &[u8]) {
+        let cap = self.words.len() * 8;
+        let n = entry_len(key, head, tail);
+        if self.overflow || key.len() > KEY_BYTES_MAX || n > cap - self.at {
+            self.overflow = true;
+            return;
+        }
+        // SAFETY: `at + n <= cap` (checked above), so the entry stays
+        // inside `words`; the slices cannot overlap a buffer we hold
+        // mutably, and bytes may be written into MaybeUninit memory.
+        unsafe {
+            let dst = self.words.as_mut_ptr().cast::<u8>().add(self.at);
+            write_entry(dst, key, kind, head, tail);
+        }
+        self.at += n;
     }
 }
 

@@ -67,15 +67,17 @@ impl Producer {
         self.budget.pending()
     }
 
-    /// Whether an event of `level` is within the budget now; writes the
-    /// report of a window that has just ended first. A refusal is counted
-    /// in [`Producer::dropped`] too.
-    pub(super) fn within_budget(&self, level: Level) -> bool {
-        let now_ms = crate::sync::monotonic_ms();
-        self.follow_daemon(now_ms);
+    /// Whether an event of `level` at `ts_ns` (its time, realtime ns) is
+    /// within the budget now; writes the report of a window that has just
+    /// ended first. A refusal is counted in [`Producer::dropped`] too.
+    pub(super) fn within_budget(&self, level: Level, ts_ns: i64) -> bool {
+        self.follow_daemon(ts_ns);
         if self.budget.is_off() {
             return true;
         }
+        // Windows run on the monotonic clock (a step of the wall clock
+        // neither stretches nor cuts one short); read only under a limit.
+        let now_ms = crate::sync::monotonic_ms();
         let verdict = self.budget.judge(level, now_ms);
         if let Some((refused, window_ms)) = verdict.report {
             self.report_refused(refused, window_ms);
@@ -89,12 +91,16 @@ impl Producer {
 
     /// Takes the daemon's limit from the header of this CPU's ring, about
     /// once a second, once the rings are open (before, the first emit
-    /// opens them and the next looks).
-    fn follow_daemon(&self, now_ms: u64) {
+    /// opens them and the next looks). Paced by the events' own times
+    /// (`ts_ns`), which every emit reads anyway: a step of the wall clock
+    /// either way only brings the next look forward.
+    fn follow_daemon(&self, ts_ns: i64) {
         let budget = &self.budget;
+        let now_ms = u64::try_from(ts_ns / 1_000_000).unwrap_or(0);
         // Relaxed: only says when to look; two threads looking at once
         // both read the same word.
-        if !budget.follows_daemon() || now_ms < budget.next_look_ms.load(Ordering::Relaxed) {
+        let last = budget.last_look_ms.load(Ordering::Relaxed);
+        if !budget.follows_daemon() || now_ms.abs_diff(last) < LOOK_EVERY_MS {
             return;
         }
         let Some(emitter) = self.emitter.get() else {
@@ -105,9 +111,7 @@ impl Producer {
         let Ok(ring) = emitter.ring(cpu) else {
             return;
         };
-        budget
-            .next_look_ms
-            .store(now_ms.saturating_add(LOOK_EVERY_MS), Ordering::Relaxed);
+        budget.last_look_ms.store(now_ms, Ordering::Relaxed);
         match ring.rate_limit() {
             Some(limit) => budget.set(limit.interval_ms, limit.burst),
             // An eventd that publishes no limit: none here either.

@@ -194,13 +194,15 @@ impl Producer {
         fields: &str,
         write: impl FnOnce(&Emitter, &Event<'_>) -> Result<u32, EmitRingError>,
     ) -> Result<(), Dropped> {
-        if !self.within_budget(level) {
+        // The event's time first: it also paces the budget's look at the
+        // daemon's limit, so an event under no limit reads one clock.
+        let ts_ns = super::now_ns();
+        if !self.within_budget(level, ts_ns) {
             return Err(Dropped::Limited);
         }
         let result = match self.open() {
             Some(emitter) => {
                 let (pid, tid) = ids();
-                let ts_ns = super::now_ns();
                 let uid = uid_at(ts_ns);
                 let event = Event {
                     ts_ns,
