@@ -43,11 +43,34 @@ eventd.configure(provider="py-emit")
 assert eventd.emit("paid", level=eventd.NOTICE, order=42, amount=63.5, rush=True, who="ann",
                    top=2**64 - 1, big=2**70, neg=-5, items=[1, 2])
 
+# Wrong calls raise as a Python function's would; nothing is written.
+import enum
+class Stage(enum.IntEnum):
+    PACKED = 3
+class Tag(str):
+    pass
+for call in [lambda: eventd.emit(), lambda: eventd.emit(7), lambda: eventd.emit("a", 1, 2),
+             lambda: eventd.emit("a", message="b"), lambda: eventd.emit("a", level="x")]:
+    try:
+        call()
+        raise SystemExit("no TypeError")
+    except TypeError as e:
+        print("TypeError:", e)
+# Subclasses keep their base type; keywords may name the arguments.
+assert eventd.emit(message="packed", level=eventd.INFO, stage=Stage.PACKED, tag=Tag("red"),
+                   ok=True)
+
 handler = eventd.Handler(provider="py-logging")
 log = logging.getLogger("shop.orders")
 log.addHandler(handler)
 log.setLevel(logging.INFO)
 log.warning("order %s is late", 7, extra={"order": 7, "late": False})
+log.info("plain", extra={"n": 1, "who": "bo"})
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("failed", extra={"order": 8})
+log.info("%d items", "not a number")  # cannot be formatted: dropped
 pid = os.fork()
 if pid == 0:
     log.info("from the child", extra={"child": True})
@@ -92,19 +115,42 @@ fn pip_installed_package_emits_typed_fields() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The parent wrote one record, the closed handler dropped one.
-    assert!(stdout.contains("closed: emitted 1 dropped 1"), "{stdout}");
-    wait_for_events(&data, 3);
+    // The parent wrote three records; the one that does not format and
+    // the one after close are dropped.
+    assert!(stdout.contains("closed: emitted 3 dropped 2"), "{stdout}");
+    for error in [
+        "emit() missing 1 required positional argument: 'message'",
+        "emit() argument 'message' must be str, not int",
+        "emit() takes at most 2 positional arguments (3 given)",
+        "emit() got multiple values for argument 'message'",
+        "emit() argument 'level' must be int, not str",
+    ] {
+        assert!(stdout.contains(&format!("TypeError: {error}")), "{stdout}");
+    }
+    wait_for_events(&data, 6);
     let emitted = rows(&data, "py-emit");
-    assert_eq!(emitted.len(), 1, "{emitted:?}");
+    assert_eq!(emitted.len(), 2, "{emitted:?}");
     assert_eq!(emitted[0]["level"], 5, "notice");
     assert_eq!(
         emitted[0]["fields"],
         json!({"order": 42, "amount": 63.5, "rush": true, "who": "ann",
                "top": u64::MAX, "big": "1180591620717411303424", "neg": -5, "items": "[1, 2]"})
     );
+    assert_eq!(emitted[1]["message"], "packed");
+    assert_eq!(
+        emitted[1]["fields"],
+        json!({"stage": 3, "tag": "red", "ok": true})
+    );
     let logged = rows(&data, "py-logging");
-    assert_eq!(logged.len(), 2, "{logged:?}");
+    assert_eq!(logged.len(), 4, "{logged:?}");
+    let plain = logged.iter().find(|r| r["message"] == "plain").unwrap();
+    assert_eq!(plain["level"], 6, "info");
+    assert_eq!(plain["fields"], json!({"n": 1, "who": "bo"}));
+    let failed = logged.iter().find(|r| r["message"] == "failed").unwrap();
+    assert_eq!(failed["level"], 3, "err");
+    assert_eq!(failed["fields"]["order"], 8);
+    let trace = failed["fields"]["exception"].as_str().unwrap();
+    assert!(trace.contains("ZeroDivisionError"), "{trace}");
     let late = logged
         .iter()
         .find(|r| r["message"] == "order 7 is late")

@@ -2,142 +2,44 @@
 //! event. `emit(message, level=6, **fields)` writes through the process's
 //! producer (made at the first emit, or by `configure`); `Producer` is one
 //! handle with its own provider and counts (what `eventd.Handler` uses).
-//! Field values keep their type: bool, int and float stay JSON booleans
-//! and numbers (written typed, not formatted: the record holds their
-//! bytes), everything else becomes its `str()` (an int past 64 bits too). Nothing here raises
-//! for an event that cannot be stored: it is counted as dropped.
+//! Field values keep their type (see [`fields`]). Nothing here raises for
+//! an event that cannot be stored: it is counted as dropped.
+
+mod call;
+mod fields;
 
 use eventd_producer::rings::client::Producer as RingProducer;
-use eventd_producer::rings::{Encoder, Level};
+use eventd_producer::rings::Encoder;
+use fields::{field_of_ptr, severity, text_of};
+use pyo3::ffi;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyDict, PyString};
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The process's producer for `emit`.
 static DEFAULT: RwLock<Option<Arc<RingProducer>>> = RwLock::new(None);
+/// Bumped by `configure` once it has replaced [`DEFAULT`]: a thread's
+/// copy of an older generation is taken again.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+
+/// What a thread keeps between emits.
+#[derive(Default)]
+struct Local {
+    /// The typed fields, reused by every emit on this thread.
+    fields: Encoder,
+    /// The default producer as of a generation: an emit takes it with no
+    /// lock and no reference count while the generation holds.
+    default: Option<(u64, Arc<RingProducer>)>,
+}
 
 thread_local! {
-    /// The typed fields, reused by every emit on this thread.
-    static FIELDS: RefCell<Encoder> = RefCell::new(Encoder::default());
+    static LOCAL: RefCell<Local> = RefCell::new(Local::default());
 }
 
-/// A syslog severity from `level`: 0..=7 as it is, larger numbers as
-/// `logging`'s levels (CRITICAL 50 → crit, ERROR 40 → err, WARNING 30 →
-/// warning, INFO 20 → info, lower → debug), negative ones as emerg.
-fn severity(level: i64) -> Level {
-    let syslog = match level {
-        i64::MIN..=-1 => 0,
-        0..=7 => level,
-        50.. => 2,
-        40..=49 => 3,
-        30..=39 => 4,
-        20..=29 => 6,
-        _ => 7,
-    };
-    // The match above gives 0..=7 only, every one a Level.
-    Level::from_u8(syslog as u8).unwrap_or(Level::Debug)
-}
-
-/// Writes one Python value as the field `key`, typed: bool, int (that
-/// fits 64 bits) and float keep their type, everything else (an int past
-/// 64 bits too) is its `str()`.
-fn field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
-    if value.is_instance_of::<PyBool>() {
-        out.bool(key, value.is_truthy().unwrap_or(false));
-    } else if value.is_instance_of::<PyInt>() {
-        match value.extract::<i64>() {
-            Ok(n) => out.i64(key, n),
-            Err(_) => match value.extract::<u64>() {
-                Ok(n) => out.u64(key, n),
-                Err(_) => text_field(out, key, value),
-            },
-        }
-    } else if value.is_instance_of::<PyFloat>() {
-        out.f64(key, value.extract::<f64>().unwrap_or(f64::NAN));
-    } else if let Ok(s) = value.downcast::<PyString>() {
-        out.str(key, &text_of(s));
-    } else {
-        text_field(out, key, value);
-    }
-}
-
-/// `str(value)`, or its repr-free stand-in if even that fails.
-fn text_field(out: &mut Encoder, key: &str, value: &Bound<'_, PyAny>) {
-    match value.str() {
-        Ok(s) => out.str(key, &s.to_string_lossy()),
-        Err(_) => out.str(key, "<unprintable>"),
-    }
-}
-
-extern "C" {
-    /// CPython's UTF-8 view of a str: the text the str keeps (for an ASCII
-    /// str, its own bytes), without a copy. In the stable ABI from 3.10 on,
-    /// and exported with this signature by every CPython this package
-    /// supports (3.3 and later); pyo3 declares it only for 3.10+ under
-    /// abi3, so it is declared here.
-    fn PyUnicode_AsUTF8AndSize(
-        unicode: *mut pyo3::ffi::PyObject,
-        size: *mut pyo3::ffi::Py_ssize_t,
-    ) -> *const std::ffi::c_char;
-}
-
-/// The text of `s` without a copy (abi3 before 3.10 would make a bytes
-/// object of it for each call); `None` for a str that has no UTF-8 form
-/// (lone surrogates), with the error cleared.
-fn utf8<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a str> {
-    let mut size: pyo3::ffi::Py_ssize_t = 0;
-    // SAFETY: `s` is a live str object (held by the borrow); `size` is a
-    // valid place to write the length.
-    let p = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut size) };
-    if p.is_null() {
-        drop(PyErr::take(s.py()));
-        return None;
-    }
-    let len = usize::try_from(size).ok()?;
-    // SAFETY: CPython keeps this UTF-8 buffer with the str object until it
-    // is freed, and `s` keeps the object alive for 'a; the buffer holds
-    // `len` bytes of valid UTF-8 (CPython's own encoding of the str).
-    Some(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(p.cast(), len)) })
-}
-
-/// A str argument as text: no copy when it has a UTF-8 form, else with
-/// the unencodable characters replaced.
-fn text_of<'a>(s: &'a Bound<'_, PyString>) -> std::borrow::Cow<'a, str> {
-    match utf8(s) {
-        Some(t) => t.into(),
-        None => s.to_string_lossy(),
-    }
-}
-
-/// Emits through `producer`; returns whether the event was written.
-fn emit_with(
-    producer: &RingProducer,
-    level: i64,
-    name: &str,
-    message: &str,
-    fields: Option<&Bound<'_, PyDict>>,
-) -> bool {
-    FIELDS.with(|cell| {
-        let Ok(mut out) = cell.try_borrow_mut() else {
-            // Re-entered from a field's __str__: that event goes without
-            // its fields rather than not at all.
-            return producer.emit(severity(level), name, message, "").is_ok();
-        };
-        out.clear();
-        for (key, value) in fields.into_iter().flat_map(|d| d.iter()) {
-            match key.downcast::<PyString>() {
-                Ok(k) => field(&mut out, &text_of(k), &value),
-                Err(_) => text_field(&mut out, &key.to_string(), &value),
-            }
-        }
-        producer
-            .emit_typed(severity(level), name, message, &out.encoded())
-            .is_ok()
-    })
-}
-
-fn default_producer(py: Python<'_>) -> Arc<RingProducer> {
+fn shared_default(py: Python<'_>) -> Arc<RingProducer> {
     if let Some(p) = DEFAULT.read().ok().and_then(|d| d.clone()) {
         return p;
     }
@@ -145,6 +47,149 @@ fn default_producer(py: Python<'_>) -> Arc<RingProducer> {
     let mut slot = DEFAULT.write().unwrap_or_else(|e| e.into_inner());
     slot.get_or_insert_with(|| Arc::new(RingProducer::new(RingProducer::default_dir(), &provider)))
         .clone()
+}
+
+/// Emits through the process's producer, with the fields `write` puts
+/// into the thread's encoder; returns whether the event was written.
+pub(crate) fn emit_default(
+    py: Python<'_>,
+    level: i64,
+    message: &str,
+    write: impl FnOnce(&mut Encoder),
+) -> bool {
+    // Acquire: pairs with `configure`'s Release bump, so a thread that
+    // sees the new generation finds the new producer in DEFAULT.
+    let generation = GENERATION.load(Ordering::Acquire);
+    LOCAL.with(|cell| {
+        let Ok(mut local) = cell.try_borrow_mut() else {
+            // Re-entered from a field's __str__: that event goes without
+            // its fields rather than not at all.
+            return shared_default(py)
+                .emit(severity(level), "", message, "")
+                .is_ok();
+        };
+        let local = &mut *local;
+        if local.default.as_ref().map(|(g, _)| *g) != Some(generation) {
+            local.default = Some((generation, shared_default(py)));
+        }
+        let out = &mut local.fields;
+        out.clear();
+        write(out);
+        match &local.default {
+            Some((_, producer)) => producer
+                .emit_typed(severity(level), "", message, &out.encoded())
+                .is_ok(),
+            None => false,
+        }
+    })
+}
+
+/// Writes each item of `dict` as a field.
+fn dict_fields(py: Python<'_>, out: &mut Encoder, dict: &Bound<'_, PyDict>) {
+    let mut pos: ffi::Py_ssize_t = 0;
+    let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: `dict` is a live dict and the GIL is held. PyDict_Next
+    // checks `pos` against the dict as it is now, so a value's __str__
+    // that changes the dict cannot make it read past its entries; key and
+    // value are held (new references) while they are used.
+    while unsafe { ffi::PyDict_Next(dict.as_ptr(), &mut pos, &mut key, &mut value) } != 0 {
+        // SAFETY: as above.
+        let (key, value) = unsafe {
+            (
+                Bound::from_borrowed_ptr(py, key),
+                Bound::from_borrowed_ptr(py, value),
+            )
+        };
+        // SAFETY: `value` is held for the call.
+        unsafe {
+            match key.downcast::<PyString>() {
+                Ok(k) => field_of_ptr(py, out, &text_of(k), value.as_ptr()),
+                Err(_) => field_of_ptr(py, out, &key.to_string(), value.as_ptr()),
+            }
+        }
+    }
+}
+
+/// What `record.getMessage()` gives: `msg` as it is when it is a str and
+/// there are no `args` (the common call), else the method's own result.
+fn record_message<'py>(
+    record: &Bound<'py, PyAny>,
+    attrs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyString>> {
+    let py = record.py();
+    let msg = attrs.get_item(intern!(py, "msg"))?;
+    let args = attrs.get_item(intern!(py, "args"))?;
+    if let (Some(msg), Some(args)) = (&msg, &args) {
+        if msg.is_exact_instance_of::<PyString>() && !args.is_truthy()? {
+            return Ok(msg.downcast::<PyString>()?.clone());
+        }
+    }
+    record.call_method0(intern!(py, "getMessage"))?.str()
+}
+
+/// Writes each attribute of a record (`attrs`, its `__dict__`) whose name
+/// is not in `standard` as a field.
+fn record_fields(
+    py: Python<'_>,
+    out: &mut Encoder,
+    attrs: &Bound<'_, PyDict>,
+    standard: &Bound<'_, PyAny>,
+) {
+    let mut pos: ffi::Py_ssize_t = 0;
+    let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: as in `dict_fields`.
+    while unsafe { ffi::PyDict_Next(attrs.as_ptr(), &mut pos, &mut key, &mut value) } != 0 {
+        // SAFETY: `standard` is a live object and `key` one of the dict's
+        // keys, held by it; a set's lookup of a str runs no Python code. A
+        // lookup that fails (an unhashable key, a `standard` that is no
+        // set) counts as "not standard", with the error cleared.
+        let found = unsafe { ffi::PySequence_Contains(standard.as_ptr(), key) };
+        if found == 1 {
+            continue;
+        }
+        if found < 0 {
+            drop(PyErr::take(py));
+        }
+        // SAFETY: as in `dict_fields`.
+        let (key, value) = unsafe {
+            (
+                Bound::from_borrowed_ptr(py, key),
+                Bound::from_borrowed_ptr(py, value),
+            )
+        };
+        // SAFETY: `value` is held for the call.
+        unsafe {
+            match key.downcast::<PyString>() {
+                Ok(k) => field_of_ptr(py, out, &text_of(k), value.as_ptr()),
+                Err(_) => field_of_ptr(py, out, &key.to_string(), value.as_ptr()),
+            }
+        }
+    }
+}
+
+/// Emits through `producer`; returns whether the event was written.
+fn emit_with(
+    py: Python<'_>,
+    producer: &RingProducer,
+    level: i64,
+    name: &str,
+    message: &str,
+    fields: Option<&Bound<'_, PyDict>>,
+) -> bool {
+    LOCAL.with(|cell| {
+        let Ok(mut local) = cell.try_borrow_mut() else {
+            // As in `emit_default`.
+            return producer.emit(severity(level), name, message, "").is_ok();
+        };
+        let out = &mut local.fields;
+        out.clear();
+        if let Some(d) = fields {
+            dict_fields(py, out, d);
+        }
+        producer
+            .emit_typed(severity(level), name, message, &out.encoded())
+            .is_ok()
+    })
 }
 
 /// The script's name (`sys.argv[0]`'s file name), else "python".
@@ -159,19 +204,6 @@ fn program(py: Python<'_>) -> String {
         .unwrap_or_else(|| "python".to_owned())
 }
 
-/// emit(message, level=6, **fields) -> bool: one event through the
-/// process's producer; True if it was written into a ring.
-#[pyfunction]
-#[pyo3(signature = (message, level = 6, **fields))]
-fn emit(
-    py: Python<'_>,
-    message: &Bound<'_, PyString>,
-    level: i64,
-    fields: Option<&Bound<'_, PyDict>>,
-) -> bool {
-    emit_with(&default_producer(py), level, "", &text_of(message), fields)
-}
-
 /// configure(provider=None, kmes_dir=None): the process's producer from now
 /// on (defaults: the script's name; $EVENTD_KMES_DIR, else
 /// $EVENTD_DATA_DIR/kmes, else ./eventd-data/kmes).
@@ -182,12 +214,14 @@ fn configure(py: Python<'_>, provider: Option<String>, kmes_dir: Option<String>)
     let dir = kmes_dir.map_or_else(RingProducer::default_dir, Into::into);
     let mut slot = DEFAULT.write().unwrap_or_else(|e| e.into_inner());
     *slot = Some(Arc::new(RingProducer::new(dir, &provider)));
+    // Release: see `emit_default`.
+    GENERATION.fetch_add(1, Ordering::Release);
 }
 
 /// (emitted, dropped) of the process's producer.
 #[pyfunction]
 fn counts(py: Python<'_>) -> (u64, u64) {
-    let p = default_producer(py);
+    let p = shared_default(py);
     (p.emitted(), p.dropped())
 }
 
@@ -209,12 +243,64 @@ impl Producer {
     #[pyo3(signature = (level, name, message, fields = None))]
     fn emit(
         &self,
+        py: Python<'_>,
         level: i64,
         name: &Bound<'_, PyString>,
         message: &Bound<'_, PyString>,
         fields: Option<&Bound<'_, PyDict>>,
     ) -> bool {
-        emit_with(&self.0, level, &text_of(name), &text_of(message), fields)
+        emit_with(
+            py,
+            &self.0,
+            level,
+            &text_of(name),
+            &text_of(message),
+            fields,
+        )
+    }
+
+    /// emit_record(record, standard) -> bool: a `logging.LogRecord` with
+    /// no exception: its level, logger name and message, and as fields
+    /// the attributes whose names are not in the set `standard` (those
+    /// `extra=` gave it), in the order they were set. Raises what the
+    /// record's getMessage() raises (a message that does not format).
+    fn emit_record(
+        &self,
+        py: Python<'_>,
+        record: &Bound<'_, PyAny>,
+        standard: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let attrs = record.getattr(intern!(py, "__dict__"))?;
+        let attrs = attrs.downcast::<PyDict>()?;
+        let level = match attrs.get_item(intern!(py, "levelno"))? {
+            Some(l) => l.extract::<i64>().unwrap_or(6),
+            None => 6,
+        };
+        let name = match attrs.get_item(intern!(py, "name"))? {
+            Some(n) => n.str()?,
+            None => PyString::new(py, ""),
+        };
+        let message = record_message(record, attrs)?;
+        Ok(LOCAL.with(|cell| {
+            let Ok(mut local) = cell.try_borrow_mut() else {
+                // As in `emit_default`.
+                return self
+                    .0
+                    .emit(severity(level), &text_of(&name), &text_of(&message), "")
+                    .is_ok();
+            };
+            let out = &mut local.fields;
+            out.clear();
+            record_fields(py, out, attrs, standard);
+            self.0
+                .emit_typed(
+                    severity(level),
+                    &text_of(&name),
+                    &text_of(&message),
+                    &out.encoded(),
+                )
+                .is_ok()
+        }))
     }
 
     #[getter]
@@ -230,7 +316,7 @@ impl Producer {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(emit, m)?)?;
+    m.add("emit", call::emit_function(m)?)?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(counts, m)?)?;
     m.add_class::<Producer>()?;

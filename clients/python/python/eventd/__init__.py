@@ -61,13 +61,14 @@ class Handler(logging.Handler):
             self._lost += 1
             return
         try:
+            if not record.exc_info:
+                # The common record: read in one native call.
+                producer.emit_record(record, _STANDARD)
+                return
             d = record.__dict__
-            keys = d.keys() - _STANDARD
-            fields = {k: d[k] for k in keys} if keys else None
-            if record.exc_info:
-                formatter = self.formatter or logging.Formatter()
-                fields = fields or {}
-                fields["exception"] = formatter.formatException(record.exc_info)
+            fields = {k: v for k, v in d.items() if k not in _STANDARD}
+            formatter = self.formatter or logging.Formatter()
+            fields["exception"] = formatter.formatException(record.exc_info)
             producer.emit(record.levelno, record.name, record.getMessage(), fields)
         except Exception:  # a record that cannot be formatted
             self._lost += 1
