@@ -18,6 +18,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyString};
 use std::ffi::c_int;
 
+/// How CPython passes `emit` its arguments.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Convention {
+    /// Vectorcall where the running CPython has it, else tuple and dict.
+    Best,
+    /// Always a tuple and a dict.
+    TupleDict,
+}
+
 /// CPython's flag for the vectorcall convention (`METH_FASTCALL`), in
 /// every CPython since 3.7 and in the stable ABI since 3.10 (pyo3 hides
 /// it under abi3 before that, so it is named here).
@@ -261,10 +270,15 @@ const EMIT_DOC: &std::ffi::CStr =
 process's producer; True if it was written into a ring.";
 
 /// The `emit` function object for module `m`: vectorcall where the
-/// running CPython has it in its stable ABI (3.10+), else tuple and dict.
-pub(crate) fn emit_function<'py>(m: &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+/// running CPython has it in its stable ABI (3.10+) and `convention` does
+/// not ask for tuple and dict (the module's `_emit_tuple_dict`, which
+/// lets the tests run the 3.8/3.9 path on any CPython).
+pub(crate) fn emit_function<'py>(
+    m: &Bound<'py, PyModule>,
+    convention: Convention,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = m.py();
-    let fast = py.version_info() >= (3, 10);
+    let fast = convention == Convention::Best && py.version_info() >= (3, 10);
     let (meth, flags) = if fast {
         type Fast = unsafe extern "C" fn(
             *mut ffi::PyObject,

@@ -316,7 +316,11 @@ impl Producer {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("emit", call::emit_function(m)?)?;
+    m.add("emit", call::emit_function(m, call::Convention::Best)?)?;
+    m.add(
+        "_emit_tuple_dict",
+        call::emit_function(m, call::Convention::TupleDict)?,
+    )?;
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(counts, m)?)?;
     m.add_class::<Producer>()?;

@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 /// A Python with the native package (`import eventd`) installed from this
 /// checkout the way a user installs it: a venv, `pip install
 /// ./clients/python` (maturin from the configured package index). The venv
-/// is reused when it already imports eventd; delete it to rebuild. None,
-/// said on stderr with pip's words, when it cannot be built.
+/// is reused while it imports eventd and the package's sources (and the
+/// producer's) are those it was built from; else the package is built
+/// again. None, said on stderr with pip's words, when it cannot be built.
 pub(super) fn python_with_package(work: &Path) -> Option<PathBuf> {
     let venv = std::env::var_os("EVENTD_PERF_VENV")
         .map(PathBuf::from)
@@ -25,24 +26,33 @@ pub(super) fn python_with_package(work: &Path) -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success())
     };
-    if imports(&python) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let stamp = venv.join("eventd-sources");
+    let sources = sources_stamp(&repo);
+    if imports(&python) && std::fs::read_to_string(&stamp).ok() == Some(sources.clone()) {
         return Some(python);
     }
     eprintln!(
         "clients: installing the eventd Python package into {} (pip install ./clients/python; \
-         maturin builds it, a few minutes once)",
+         maturin builds it, a few minutes the first time)",
         venv.display()
     );
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let installed = (|| -> anyhow::Result<()> {
         if !python.is_file() {
             crate::syslog::run_cmd(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
         }
         crate::syslog::run_cmd(
             Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--force-reinstall",
+                    "--no-deps",
+                ])
                 .arg(repo.join("clients/python")),
         )?;
+        std::fs::write(&stamp, &sources)?;
         Ok(())
     })();
     match installed {
@@ -60,6 +70,40 @@ pub(super) fn python_with_package(work: &Path) -> Option<PathBuf> {
             None
         }
     }
+}
+
+/// What the package is built from, as far as a rebuild is concerned: the
+/// number of source files under clients/python and producer/src and the
+/// newest modification time among them.
+fn sources_stamp(repo: &Path) -> String {
+    fn walk(dir: &Path, count: &mut u64, newest: &mut u128) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if matches!(name.to_str(), Some("target" | "__pycache__" | "build")) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                walk(&path, count, newest);
+            } else {
+                *count += 1;
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                *newest = (*newest).max(mtime.map_or(0, |d| d.as_nanos()));
+            }
+        }
+    }
+    let (mut count, mut newest) = (0, 0);
+    for dir in ["clients/python", "producer/src"] {
+        walk(&repo.join(dir), &mut count, &mut newest);
+    }
+    format!("{count} files, newest {newest}\n")
 }
 
 pub(super) struct PyCosts {
