@@ -1,12 +1,15 @@
 //! Runs the harness's `clients` scenario with few events and checks its
-//! last line names every path with a positive figure (no timing is judged).
+//! last line names every path with a positive figure (no timing is judged),
+//! the LTTng-UST peer's among them (a private session daemon; LTTng comes
+//! from Debian's lttng-tools and liblttng-ust-dev, which scripts/test-all
+//! installs).
 //! The Python package is installed once (minutes) into the venv the
 //! harness keeps by default, perf/results/work/py-venv, and reused from
 //! there by this test and by runs of `eventd-perf clients`.
 
 use std::process::Command;
 
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 17] = [
     "raw",
     "layer",
     "fmt_file",
@@ -23,6 +26,7 @@ const KEYS: [&str; 16] = [
     "py_ctypes_call",
     "py_emit",
     "py_handler",
+    "lttng",
 ];
 
 #[test]
@@ -57,7 +61,8 @@ fn clients_scenario_prints_every_path() {
     assert_eq!(seen, KEYS, "{last}");
     // Each path is printed beside its anchor.
     for anchor in [
-        "LTTng-UST",
+        "LTTng-UST tracepoint ~100 ns",
+        "LTTng-UST tracepoint, this run",
         "NanoLog",
         "spdlog",
         "6.6 us",

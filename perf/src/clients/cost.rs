@@ -47,12 +47,20 @@ pub(super) fn median(mut f: impl FnMut() -> anyhow::Result<Cost>) -> anyhow::Res
     Ok(median_of(&runs))
 }
 
-fn median_of(runs: &[Cost]) -> Cost {
+pub(super) fn median_of(runs: &[Cost]) -> Cost {
     let mid = |v: Vec<f64>| runner::median(&v);
     Cost {
         wall: mid(runs.iter().map(|c| c.wall).collect()),
         cpu: mid(runs.iter().map(|c| c.cpu).collect()),
     }
+}
+
+/// The median over rounds of `a`'s CPU time over `b`'s in the same round
+/// (runs of two paths taken side by side, so a round that caught a loaded
+/// moment moves both sides of its ratio).
+pub(super) fn ratio_median(a: &[Cost], b: &[Cost]) -> f64 {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a.cpu / b.cpu).collect();
+    runner::median(&ratios)
 }
 
 /// Events each run emits before its clock starts: a quarter of the timed
@@ -65,7 +73,7 @@ pub(super) fn warm(n: u64) -> u64 {
 }
 
 /// A "NAME WALL CPU" line of a client bench's output.
-fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
+pub(super) fn cost(out: &str, name: &str) -> anyhow::Result<Cost> {
     out.lines()
         .find_map(|l| {
             let mut words = l.split_whitespace();

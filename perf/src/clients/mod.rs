@@ -11,6 +11,9 @@
 //!   `snprintf` first, beside those `snprintf` calls alone) and
 //!   `eventd_emit_fields` (typed fields) against a syslog(3)-style send
 //!   (perf/clients/bench.c).
+//! - LTTng-UST (perf/clients/lttng_bench.c): the raw emit's event as a
+//!   recorded tracepoint, in a private session (see [`lttng`]): the peer
+//!   the raw emit's goal was set by, measured in the same run.
 //! - Python (perf/clients/bench.py): the native package's `eventd.emit` and
 //!   `logging` + `eventd.Handler`, the ctypes module's `EventdHandler`,
 //!   against `logging.handlers.SysLogHandler`, beside the floor (`logging`
@@ -22,32 +25,41 @@
 //! Every figure is the median of five runs of `--messages` events (one
 //! thread, after a quarter as many untimed: see [`warm`]), in nanoseconds
 //! per event, printed beside the goal or a
-//! published figure of another tool (an anchor), with the ratio.
+//! published figure of another tool (an anchor), with the ratio. The raw
+//! emit, the layer, the Rust syslog datagram and LTTng run in rounds, one
+//! of each per round (see [`Native`]); their goals are also read as
+//! ratios to each other within a round, which this shared machine's
+//! loaded moments move less than the figures themselves.
+//!
+//! Each run starts with eventd idle (see `Daemon::settle`).
 
 mod c;
 mod cost;
 mod daemon;
+mod lttng;
 mod python;
 mod rust;
 
 use c::{c_bench, libeventd};
-use cost::{median, Cost, RUNS};
+use cost::{median, median_of, ratio_median, Cost, RUNS};
 use daemon::Daemon;
+use lttng::{lttng_installed, Lttng, LTTNG_PACKAGES};
 use python::{python_bench, python_with_package};
 use rust::{rust_fmt_file, rust_layer, rust_raw, rust_syslog};
 use std::path::{Path, PathBuf};
 
-/// A published figure (or the goal) a path is read beside, ns.
-struct Anchor(&'static str, f64);
+/// A published figure, the goal or a peer measured in this run,
+/// that a path is read beside, ns.
+struct Anchor<'a>(&'a str, f64);
 
-const LTTNG: Anchor = Anchor("LTTng-UST tracepoint ~100 ns", 100.0);
-const SPDLOG: Anchor = Anchor("spdlog front end ~150 ns", 150.0);
-const GOAL_RAW: Anchor = Anchor("goal <= 100 ns", 100.0);
-const GOAL_LAYER: Anchor = Anchor("goal <= 150 ns", 150.0);
-const GOAL_KV: Anchor = Anchor("goal <= 150 ns", 150.0);
-const GOAL_PY_EMIT: Anchor = Anchor("goal <= 1 us", 1000.0);
-const PY_LOGGING: Anchor = Anchor("Python logging alone ~6.6 us", 6600.0);
-const CTYPES_CALL: Anchor = Anchor("bare ctypes call ~0.4 us", 400.0);
+const LTTNG: Anchor<'static> = Anchor("LTTng-UST tracepoint ~100 ns", 100.0);
+const SPDLOG: Anchor<'static> = Anchor("spdlog front end ~150 ns", 150.0);
+const GOAL_RAW: Anchor<'static> = Anchor("goal <= 100 ns", 100.0);
+const GOAL_LAYER: Anchor<'static> = Anchor("goal <= 150 ns", 150.0);
+const GOAL_KV: Anchor<'static> = Anchor("goal <= 150 ns", 150.0);
+const GOAL_PY_EMIT: Anchor<'static> = Anchor("goal <= 1 us", 1000.0);
+const PY_LOGGING: Anchor<'static> = Anchor("Python logging alone ~6.6 us", 6600.0);
+const CTYPES_CALL: Anchor<'static> = Anchor("bare ctypes call ~0.4 us", 400.0);
 
 /// The clients scenario's options.
 #[derive(clap::Args)]
@@ -75,18 +87,24 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let n = messages.max(1000);
     // Python is some hundred times slower per record: fewer records.
     let n_py = (n / 10).max(1000);
-    let kmes = daemon.kmes();
-    // Each run starts with eventd idle (see `Daemon::settle`).
-    let settled = |run: &dyn Fn() -> anyhow::Result<Cost>| {
-        median(|| {
-            daemon.settle();
-            run()
-        })
+    // The Rust paths and the LTTng peer in rounds, side by side (see
+    // `Native`); the rest path by path.
+    let lttng_session = if lttng_installed() {
+        Some(Lttng::start()?)
+    } else {
+        None
     };
-    let raw = settled(&|| rust_raw(&kmes, n))?;
-    let layer = settled(&|| rust_layer(&kmes, n))?;
-    let fmt = settled(&|| rust_fmt_file(&dir, n))?;
-    let syslog = settled(&|| rust_syslog(&daemon.syslog_socket(), n))?;
+    let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
+    drop(lttng_session);
+    let [raw, layer, syslog] =
+        [Native::Raw, Native::Layer, Native::Syslog].map(|p| rounds.median(p));
+    let lttng = rounds
+        .has(Native::Lttng)
+        .then(|| rounds.median(Native::Lttng));
+    let fmt = median(|| {
+        daemon.settle();
+        rust_fmt_file(&dir, n)
+    })?;
     let lib = libeventd()?;
     let c = c_bench(&dir, &lib, &daemon, n)?;
     let python = native.clone().unwrap_or_else(|| PathBuf::from("python3"));
@@ -117,12 +135,27 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         Some(&GOAL_RAW),
     );
     row("", raw, Some(&LTTNG));
+    // The peer measured in this run, for the Rust and C paths.
+    let peer = lttng.map(|c| Anchor("LTTng-UST tracepoint, this run", c.cpu));
+    if let Some(peer) = &peer {
+        row("", raw, Some(peer));
+    }
+    if let Some(lttng) = lttng {
+        row(
+            "C: LTTng-UST tracepoint, the same event (the peer)",
+            lttng,
+            Some(&LTTNG),
+        );
+    }
     row(
         "Rust: tracing::info!, 3 fields, eventd-tracing layer",
         layer,
         Some(&GOAL_LAYER),
     );
     row("", layer, Some(&SPDLOG));
+    if let Some(peer) = &peer {
+        row("", layer, Some(peer));
+    }
     row(
         "Rust: tracing::info!, 3 fields, fmt layer to a file",
         fmt,
@@ -140,6 +173,9 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         Some(&GOAL_KV),
     );
     row("", c.kv, Some(&SPDLOG));
+    if let Some(peer) = &peer {
+        row("", c.kv, Some(peer));
+    }
     row(
         "C: eventd_emit_kv after snprintf of the 2 numbers",
         c.kv_snprintf,
@@ -215,12 +251,12 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     for (what, ratio, at_least) in [
         (
             "Rust syslog datagram / raw emit >= 10x",
-            cheaper(syslog, raw),
+            rounds.ratio(Native::Syslog, Native::Raw),
             10.0,
         ),
         (
             "Rust syslog datagram / tracing layer >= 10x",
-            cheaper(syslog, layer),
+            rounds.ratio(Native::Syslog, Native::Layer),
             10.0,
         ),
         (
@@ -233,14 +269,44 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
             cheaper(c.syslog, c.fields),
             10.0,
         ),
-        ("tracing layer / raw emit <= 3x", layer.cpu / raw.cpu, -3.0),
-    ] {
+        (
+            "tracing layer / raw emit <= 3x",
+            rounds.ratio(Native::Layer, Native::Raw),
+            -3.0,
+        ),
+    ]
+    .into_iter()
+    .chain(lttng.into_iter().flat_map(|lt| {
+        // The ns goals are LTTng parity (raw) and spdlog's front end, 1.5
+        // times it (the layer, eventd_emit_kv): read here as ratios to the
+        // peer on this machine in this run.
+        [
+            (
+                "Rust raw emit / LTTng-UST (this run) <= 1x",
+                rounds.ratio(Native::Raw, Native::Lttng),
+                -1.0,
+            ),
+            (
+                "tracing layer / LTTng-UST (this run) <= 1.5x",
+                rounds.ratio(Native::Layer, Native::Lttng),
+                -1.5,
+            ),
+            (
+                "C eventd_emit_kv / LTTng-UST (this run) <= 1.5x",
+                c.kv.cpu / lt.cpu,
+                -1.5,
+            ),
+        ]
+    })) {
         let met = if at_least > 0.0 {
             ratio >= at_least
         } else {
             ratio <= -at_least
         };
         println!("  {what:<54} {ratio:>9.2}x     {}", ok(met));
+    }
+    if lttng.is_none() {
+        println!("  LTTng-UST not installed ({LTTNG_PACKAGES}): the ratios to it not measured");
     }
     match (py.emit, py.native_handler) {
         (Some(emit), Some(h)) => {
@@ -312,5 +378,69 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         use std::fmt::Write;
         let _ = write!(last, " py_emit={:.1} py_handler={:.1}", emit.cpu, h.cpu);
     }
+    if let Some(lt) = lttng {
+        use std::fmt::Write;
+        let _ = write!(last, " lttng={:.1}", lt.cpu);
+    }
     Ok(last)
+}
+
+/// The paths measured in rounds: each round runs every one of them once
+/// (in alternating order, eventd settled before each), so that a loaded
+/// moment of this shared machine lands on all of them, and the goals read
+/// as ratios take each ratio within a round.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Native {
+    Raw,
+    Layer,
+    Syslog,
+    Lttng,
+}
+
+/// The runs of each [`Native`] path, round by round.
+struct Rounds {
+    paths: Vec<Native>,
+    runs: Vec<Vec<Cost>>,
+}
+
+impl Rounds {
+    fn has(&self, path: Native) -> bool {
+        self.paths.contains(&path)
+    }
+
+    fn runs(&self, path: Native) -> &[Cost] {
+        self.paths
+            .iter()
+            .position(|p| *p == path)
+            .map_or(&[], |i| &self.runs[i])
+    }
+
+    fn median(&self, path: Native) -> Cost {
+        median_of(self.runs(path))
+    }
+
+    /// The median over rounds of `a`'s cost over `b`'s.
+    fn ratio(&self, a: Native, b: Native) -> f64 {
+        ratio_median(self.runs(a), self.runs(b))
+    }
+}
+
+fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Result<Rounds> {
+    let kmes = daemon.kmes();
+    let mut paths = vec![Native::Raw, Native::Layer, Native::Syslog];
+    if lttng.is_some() {
+        paths.push(Native::Lttng);
+    }
+    use crate::runner;
+    let runs = runner::interleave(&paths, RUNS, runner::Order::Alternate, |_, path| {
+        daemon.settle();
+        match (path, lttng) {
+            (Native::Raw, _) => rust_raw(&kmes, n),
+            (Native::Layer, _) => rust_layer(&kmes, n),
+            (Native::Syslog, _) => rust_syslog(&daemon.syslog_socket(), n),
+            (Native::Lttng, Some(lttng)) => lttng.run(n),
+            (Native::Lttng, None) => anyhow::bail!("LTTng-UST is not set up"),
+        }
+    })?;
+    Ok(Rounds { paths, runs })
 }

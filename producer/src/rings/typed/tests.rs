@@ -359,3 +359,17 @@ fn many_keys_keep_the_first_of_each_as_few_do() {
     .unwrap();
     assert_eq!(typed.text(), r#"{"a":1}"#);
 }
+
+#[test]
+fn short_copies_of_every_length_copy_exactly_those_bytes() {
+    let src: Vec<u8> = (0..100u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+    for n in 0..=src.len() {
+        // Guard bytes around the destination show a write past either end.
+        let mut dst = vec![0xEEu8; n + 16];
+        // SAFETY: `dst` has room for `n` bytes from offset 8, and is not `src`.
+        unsafe { super::copy_short(&src[..n], dst.as_mut_ptr().add(8)) };
+        assert_eq!(&dst[8..8 + n], &src[..n], "{n} bytes");
+        assert!(dst[..8].iter().all(|&b| b == 0xEE), "{n}: before");
+        assert!(dst[8 + n..].iter().all(|&b| b == 0xEE), "{n}: after");
+    }
+}
