@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 18] = [
     "raw",
     "layer",
     "fmt_file",
@@ -24,6 +24,7 @@ const KEYS: [&str; 17] = [
     "py_syslog",
     "py_floor",
     "py_ctypes_call",
+    "layer_floor",
     "py_emit",
     "py_handler",
     "lttng",

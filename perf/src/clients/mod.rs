@@ -45,7 +45,7 @@ use cost::{median, median_of, ratio_median, Cost, RUNS};
 use daemon::Daemon;
 use lttng::{lttng_installed, Lttng, LTTNG_PACKAGES};
 use python::{python_bench, python_with_package};
-use rust::{rust_fmt_file, rust_layer, rust_raw, rust_syslog};
+use rust::{rust_fmt_file, rust_layer, rust_layer_floor, rust_raw, rust_syslog};
 use std::path::{Path, PathBuf};
 
 /// A published figure, the issue's goal or a peer measured in this run,
@@ -96,8 +96,13 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     };
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
     drop(lttng_session);
-    let [raw, layer, syslog] =
-        [Native::Raw, Native::Layer, Native::Syslog].map(|p| rounds.median(p));
+    let [raw, layer, layer_floor, syslog] = [
+        Native::Raw,
+        Native::Layer,
+        Native::LayerFloor,
+        Native::Syslog,
+    ]
+    .map(|p| rounds.median(p));
     let lttng = rounds
         .has(Native::Lttng)
         .then(|| rounds.median(Native::Lttng));
@@ -156,6 +161,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     if let Some(peer) = &peer {
         row("", layer, Some(peer));
     }
+    row(
+        "Rust: tracing::info!, 3 fields, a do-nothing layer (floor)",
+        layer_floor,
+        None,
+    );
     row(
         "Rust: tracing::info!, 3 fields, fmt layer to a file",
         fmt,
@@ -305,6 +315,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         };
         println!("  {what:<54} {ratio:>9.2}x     {}", ok(met));
     }
+    println!(
+        "  {:<54} {:>9.1} ns",
+        "tracing layer above the floor (layer - floor)",
+        layer.cpu - layer_floor.cpu
+    );
     if lttng.is_none() {
         println!("  LTTng-UST not installed ({LTTNG_PACKAGES}): the ratios to it not measured");
     }
@@ -358,7 +373,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let mut last = format!(
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
          c_kv_snprintf={:.1} c_snprintf={:.1} c_fields={:.1} c_syslog={:.1} py={:.1} \
-         py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1}",
+         py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1} layer_floor={:.1}",
         raw.cpu,
         layer.cpu,
         fmt.cpu,
@@ -372,7 +387,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         py.ctypes_handler.cpu,
         py.syslog.cpu,
         py.floor.cpu,
-        py.ctypes_call.cpu
+        py.ctypes_call.cpu,
+        layer_floor.cpu
     );
     if let (Some(emit), Some(h)) = (py.emit, py.native_handler) {
         use std::fmt::Write;
@@ -393,6 +409,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
 enum Native {
     Raw,
     Layer,
+    /// `tracing` with a layer that does nothing.
+    LayerFloor,
     Syslog,
     Lttng,
 }
@@ -427,7 +445,12 @@ impl Rounds {
 
 fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Result<Rounds> {
     let kmes = daemon.kmes();
-    let mut paths = vec![Native::Raw, Native::Layer, Native::Syslog];
+    let mut paths = vec![
+        Native::Raw,
+        Native::Layer,
+        Native::LayerFloor,
+        Native::Syslog,
+    ];
     if lttng.is_some() {
         paths.push(Native::Lttng);
     }
@@ -437,6 +460,7 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
         match (path, lttng) {
             (Native::Raw, _) => rust_raw(&kmes, n),
             (Native::Layer, _) => rust_layer(&kmes, n),
+            (Native::LayerFloor, _) => rust_layer_floor(n),
             (Native::Syslog, _) => rust_syslog(&daemon.syslog_socket(), n),
             (Native::Lttng, Some(lttng)) => lttng.run(n),
             (Native::Lttng, None) => anyhow::bail!("LTTng-UST is not set up"),

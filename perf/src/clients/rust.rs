@@ -63,6 +63,21 @@ pub(super) fn rust_layer(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
     }))
 }
 
+/// A layer that does nothing with an event: what `tracing` itself costs
+/// per event (the macro, the dispatch, the registry) before any layer
+/// looks at the fields, the floor under every layer.
+struct NothingLayer;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NothingLayer {}
+
+pub(super) fn rust_layer_floor(n: u64) -> anyhow::Result<Cost> {
+    use tracing_subscriber::prelude::*;
+    let subscriber = tracing_subscriber::registry().with(NothingLayer);
+    Ok(tracing::subscriber::with_default(subscriber, || {
+        tracing_loop(n)
+    }))
+}
+
 pub(super) fn rust_fmt_file(dir: &Path, n: u64) -> anyhow::Result<Cost> {
     use tracing_subscriber::prelude::*;
     let file = std::fs::File::create(dir.join("fmt.log"))?;
