@@ -5,7 +5,7 @@
 //! another machine.
 //!
 //! The session daemon is private: a child of this program with its own
-//! `LTTNG_HOME` under a directory of its own, stopped by PID at the end.
+//! `LTTNG_HOME` in a fresh temporary directory, stopped by PID at the end.
 //! Run as root, it and the tracepoint program run as `nobody` (a root
 //! session daemon would take the machine's `/run/lttng`; one of another
 //! user keeps everything under its `LTTNG_HOME`). The channel matches
@@ -27,7 +27,8 @@ pub(super) const LTTNG_PACKAGES: &str = "apt-get install lttng-tools liblttng-us
 /// tracepoint; stopped (SIGTERM, by PID) and its directory removed on drop.
 struct Session {
     sessiond: Child,
-    dir: PathBuf,
+    /// Removed when the session is dropped, after the daemon has stopped.
+    dir: tempfile::TempDir,
     as_nobody: bool,
 }
 
@@ -36,20 +37,23 @@ impl Session {
         // SAFETY: geteuid has no preconditions.
         let as_nobody = unsafe { libc::geteuid() } == 0;
         // Not under the work directory: `nobody` must reach it, and a
-        // test's temporary directory is open to its owner only.
-        let dir = std::env::temp_dir().join(format!("eventd-perf-lttng-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("home"))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        // test's temporary directory is open to its owner only. A fresh
+        // directory of a random name (made with mode 0700, then opened for
+        // reading), so nothing another user prepared in /tmp is used.
+        let dir = tempfile::Builder::new()
+            .prefix("eventd-perf-lttng-")
+            .tempdir()?;
+        std::fs::create_dir(dir.path().join("home"))?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
         if as_nobody {
             run_cmd(
                 Command::new("chown")
                     .args(["nobody:nogroup"])
-                    .arg(dir.join("home")),
+                    .arg(dir.path().join("home")),
             )?;
         }
-        let log = dir.join("sessiond.log");
-        let mut cmd = Self::command_in(&dir, as_nobody, "lttng-sessiond");
+        let log = dir.path().join("sessiond.log");
+        let mut cmd = Self::command_in(dir.path(), as_nobody, "lttng-sessiond");
         let sessiond = cmd
             .arg("--no-kernel")
             .stdin(Stdio::null())
@@ -63,7 +67,7 @@ impl Session {
             as_nobody,
         };
         session.wait_ready(&log)?;
-        let trace = session.dir.join("home/trace");
+        let trace = session.dir.path().join("home/trace");
         session.lttng(&[
             "create",
             "eventd-perf",
@@ -90,7 +94,7 @@ impl Session {
     /// `program` run with this session's `LTTNG_HOME` (as `nobody` when
     /// this program is root).
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        Self::command_in(&self.dir, self.as_nobody, program)
+        Self::command_in(self.dir.path(), self.as_nobody, program)
     }
 
     fn command_in(dir: &Path, as_nobody: bool, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -113,7 +117,7 @@ impl Session {
 
     /// Waits until the session daemon answers its client socket.
     fn wait_ready(&mut self, log: &Path) -> anyhow::Result<()> {
-        let socket = self.dir.join("home/.lttng/client-lttng-sessiond");
+        let socket = self.dir.path().join("home/.lttng/client-lttng-sessiond");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.sessiond.try_wait()? {
@@ -137,7 +141,6 @@ impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.lttng(&["destroy", "--all"]);
         let _ = sigterm(&mut self.sessiond);
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -168,7 +171,7 @@ impl Lttng {
     pub(super) fn start() -> anyhow::Result<Lttng> {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let session = Session::start()?;
-        let exe = session.dir.join("lttng_bench");
+        let exe = session.dir.path().join("lttng_bench");
         run_cmd(
             Command::new("cc")
                 .args(["-O2", "-o"])

@@ -26,8 +26,9 @@
 //! thread, after a quarter as many untimed: see [`warm`]), in nanoseconds
 //! per event, printed beside the goal or a
 //! published figure of another tool (an anchor), with the ratio. The raw
-//! emit, the layer, the Rust syslog datagram and LTTng run in rounds, one
-//! of each per round (see [`Native`]); their goals are also read as
+//! emit, the layer, tracing with a do-nothing layer, the Rust syslog
+//! datagram and LTTng run in rounds, one of each per round (see
+//! [`Native`]); their goals are also read as
 //! ratios to each other within a round, which this shared machine's
 //! loaded moments move less than the figures themselves.
 //!
