@@ -81,8 +81,19 @@ fn fleet_of_four_hosts_exports_exactly_once() {
     for h in &hosts {
         wait_exported(h, Duration::from_secs(120));
         let (events, gaps) = assert_exactly_once(&c, db, h);
-        // A lap may also overwrite events the drain had not read yet.
-        assert!(events >= 1500, "{}: only {events} events stored", h.name);
+        // Every event of the host's three rounds is stored or counted lost.
+        // A lap overwrites events, and so does a drain that falls behind
+        // (a 64 KiB ring holds about 500 of them; on a loaded machine one
+        // host stored 1,362 of its 4,500 and counted the rest in 3 gaps):
+        // each overwritten event is in a gap's count.
+        let (_, local_gaps) = local(&h.data);
+        let lost: i64 = local_gaps.iter().map(|g| g.4).sum();
+        assert!(events > 0, "{}: no event stored", h.name);
+        assert!(
+            events as i64 + lost >= 4500,
+            "{}: {events} events stored and {lost} counted lost of 4,500 emitted",
+            h.name
+        );
         total_gaps += gaps;
     }
     assert!(total_gaps > 0, "the lapped rings left no gap");
