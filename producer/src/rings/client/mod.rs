@@ -13,6 +13,7 @@
 //! as gaps); nothing here needs the daemon to run.
 
 pub mod budget;
+mod count;
 
 pub use super::json::Fields;
 pub use super::typed::truncate;
@@ -74,7 +75,8 @@ pub struct Producer {
     /// `sync` clock ms before which no new attempt is made.
     retry_at_ms: AtomicU64,
     said: AtomicBool,
-    emitted: AtomicU64,
+    /// Events written, counted per CPU (see [`count`]).
+    emitted: count::CpuCount,
     dropped: AtomicU64,
     /// This provider's budget in this process (the daemon's limit unless
     /// fixed by `EVENTD_RATE_LIMIT` or [`Producer::with_budget`]).
@@ -93,7 +95,7 @@ impl Producer {
             opening: Mutex::new(()),
             retry_at_ms: AtomicU64::new(0),
             said: AtomicBool::new(false),
-            emitted: AtomicU64::new(0),
+            emitted: count::CpuCount::new(),
             dropped: AtomicU64::new(0),
             budget: budget::Budget::from_env(),
         }
@@ -136,8 +138,7 @@ impl Producer {
 
     /// Events written into a ring.
     pub fn emitted(&self) -> u64 {
-        // Relaxed: a statistic.
-        self.emitted.load(Ordering::Relaxed)
+        self.emitted.total()
     }
 
     /// Events not written, for any [`Dropped`] reason.
@@ -215,16 +216,19 @@ impl Producer {
                     message,
                     fields,
                 };
-                write(emitter, &event).map(drop).map_err(classify)
+                write(emitter, &event).map_err(classify)
             }
             None => Err(Dropped::NoRings),
         };
-        // Relaxed: statistics.
         match result {
-            Ok(()) => self.emitted.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.dropped.fetch_add(1, Ordering::Relaxed),
-        };
-        result
+            // Counted in the slot of the CPU whose ring took the event.
+            Ok(cpu) => self.emitted.add(cpu),
+            Err(_) => {
+                // Relaxed: a statistic.
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result.map(drop)
     }
 
     /// The emitter, opening the directory if it is time to try.
