@@ -3,6 +3,7 @@
 use super::cost::{medians, Cost};
 use super::daemon::Daemon;
 use anyhow::{bail, Context};
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,20 +39,40 @@ pub(super) struct CCosts {
     pub(super) syslog: Cost,
 }
 
-pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
+/// Builds the C bench program `source` (a path in the repository, its
+/// headers in `include`, also one) into `exe` with `-O2`, linked with
+/// `link` (the library options).
+pub(super) fn build_c_bench(
+    source: &str,
+    include: &str,
+    exe: &Path,
+    link: impl IntoIterator<Item = impl AsRef<OsStr>>,
+) -> anyhow::Result<()> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let exe = work.join("clients-bench");
     crate::syslog::run_cmd(
         Command::new("cc")
             .args(["-O2", "-o"])
-            .arg(&exe)
-            .arg(repo.join("perf/clients/bench.c"))
+            .arg(exe)
+            .arg(repo.join(source))
             .arg("-I")
-            .arg(repo.join("clients/c/include"))
-            .arg("-L")
-            .arg(lib)
-            .arg(format!("-Wl,-rpath,{}", lib.display()))
-            .arg("-leventd"),
+            .arg(repo.join(include))
+            .args(link),
+    )
+    .map(drop)
+}
+
+pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
+    let exe = work.join("clients-bench");
+    build_c_bench(
+        "perf/clients/bench.c",
+        "clients/c/include",
+        &exe,
+        [
+            OsString::from("-L"),
+            lib.into(),
+            format!("-Wl,-rpath,{}", lib.display()).into(),
+            "-leventd".into(),
+        ],
     )?;
     let names = [
         "eventd_emit",

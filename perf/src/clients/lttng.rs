@@ -12,6 +12,7 @@
 //! eventd's rings: per-CPU buffers of 4 MiB (four 1 MiB sub-buffers) in
 //! overwrite mode, a consumer daemon writing the trace to disk.
 
+use super::c::build_c_bench;
 use super::cost::{cost, Cost};
 use crate::syslog::{run_cmd, sigterm};
 use anyhow::{bail, Context};
@@ -169,17 +170,13 @@ pub(super) struct Lttng {
 
 impl Lttng {
     pub(super) fn start() -> anyhow::Result<Lttng> {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let session = Session::start()?;
         let exe = session.dir.path().join("lttng_bench");
-        run_cmd(
-            Command::new("cc")
-                .args(["-O2", "-o"])
-                .arg(&exe)
-                .arg(repo.join("perf/clients/lttng_bench.c"))
-                .arg("-I")
-                .arg(repo.join("perf/clients"))
-                .args(["-llttng-ust", "-ldl"]),
+        build_c_bench(
+            "perf/clients/lttng_bench.c",
+            "perf/clients",
+            &exe,
+            ["-llttng-ust", "-ldl"],
         )?;
         Ok(Lttng { session, exe })
     }
