@@ -143,6 +143,9 @@ fn typed_emits_are_stored_with_typed_fields() {
 const CHILD: &str = "EVENTD_CLIENTS_TEST_CHILD";
 const RUST_THREADS: u64 = 4;
 const RUST_EVENTS: u64 = 250;
+/// Every event the Rust child emits: the threads', three around a span
+/// whose field comes late, and one `log` record.
+const RUST_TOTAL: u64 = RUST_THREADS * RUST_EVENTS + 4;
 
 /// The Rust client: this test binary run again with `CHILD` set, so it is
 /// a program of its own that installs the subscriber and logger as a
@@ -163,6 +166,13 @@ fn rust_client_child() {
     eventd_tracing::EventdLogger::with_producer(producer.clone(), log::LevelFilter::Trace)
         .install(log::LevelFilter::Info)
         .unwrap();
+    // Before any span has a field, then in a span whose only field is
+    // recorded after it was made.
+    tracing::info!(target: "outside", "before any span field");
+    let late = tracing::info_span!("late", late = tracing::field::Empty);
+    late.in_scope(|| tracing::info!(target: "late", "not recorded yet"));
+    late.record("late", 5u64);
+    late.in_scope(|| tracing::info!(target: "late", "recorded"));
     let threads: Vec<_> = (0..RUST_THREADS)
         .map(|t| {
             std::thread::spawn(move || {
@@ -217,7 +227,7 @@ fn rust_tracing_layer_and_log_backend() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let total = RUST_THREADS * RUST_EVENTS + 1;
+    let total = RUST_TOTAL;
     assert_eq!(
         counts(&out.stdout),
         (total, 0),
@@ -246,6 +256,11 @@ fn rust_tracing_layer_and_log_backend() {
                 assert_eq!(f["user"], "ann");
                 assert_eq!(f["attempt"], "shadowed");
             }
+            "outside" => assert_eq!(f, &serde_json::json!({}), "{v}"),
+            "late" if v["message"] == "recorded" => {
+                assert_eq!(f, &serde_json::json!({"late": 5}), "{v}")
+            }
+            "late" => assert_eq!(f, &serde_json::json!({}), "{v}"),
             "legacy" => {
                 assert_eq!(v["level"], 3);
                 assert_eq!(v["message"], "log record 1");
@@ -542,7 +557,7 @@ fn clients_without_rings_keep_running_and_count_what_they_dropped() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(counts(&out.stdout), (0, RUST_THREADS * RUST_EVENTS + 1));
+    assert_eq!(counts(&out.stdout), (0, RUST_TOTAL));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.matches("cannot open the rings").count(),

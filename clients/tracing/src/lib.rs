@@ -43,6 +43,7 @@ use eventd::rings::{Encoder, Level, Value};
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
@@ -96,6 +97,9 @@ impl Builder {
 #[derive(Clone)]
 pub struct EventdLayer {
     producer: Arc<Producer>,
+    /// Whether any span has had a field: until one has, an event skips the
+    /// walk over its spans (most events of most programs).
+    spans_have_fields: Arc<AtomicBool>,
 }
 
 impl Default for EventdLayer {
@@ -115,7 +119,23 @@ impl EventdLayer {
     }
 
     pub fn with_producer(producer: Arc<Producer>) -> Self {
-        EventdLayer { producer }
+        EventdLayer {
+            producer,
+            spans_have_fields: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Notes that a span now holds fields, before they are stored in it.
+    fn span_has_fields(&self, fields: &Encoder) {
+        // Relaxed: an event on another thread is inside this span only once
+        // that thread entered it or named it as a parent, which it could do
+        // only after learning the span's id from us (a happens-before edge
+        // through whatever passed the id), so it loads this store. A field
+        // recorded later, unordered with an event, may or may not reach
+        // that event either way.
+        if !fields.is_empty() && !self.spans_have_fields.load(Ordering::Relaxed) {
+            self.spans_have_fields.store(true, Ordering::Relaxed);
+        }
     }
 
     pub fn producer(&self) -> &Arc<Producer> {
@@ -221,6 +241,7 @@ where
             text: &mut String::new(),
             once: true,
         });
+        self.span_has_fields(&fields);
         span.extensions_mut().insert(SpanFields(fields));
     }
 
@@ -236,6 +257,7 @@ where
                 text: &mut String::new(),
                 once: true,
             });
+            self.span_has_fields(fields);
         }
     }
 
@@ -250,7 +272,9 @@ where
             // The spans' entries after the event's, innermost first: the
             // reader keeps the first of a repeated key, so an event's field
             // wins over a span's, and an inner span's over an outer's.
-            if let Some(scope) = ctx.event_scope(event) {
+            // Relaxed: see `span_has_fields`.
+            let spans = self.spans_have_fields.load(Ordering::Relaxed);
+            if let Some(scope) = spans.then(|| ctx.event_scope(event)).flatten() {
                 for span in scope {
                     if let Some(SpanFields(f)) = span.extensions().get::<SpanFields>() {
                         s.fields.extend(f);
