@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 18] = [
+const KEYS: [&str; 19] = [
     "raw",
     "layer",
     "fmt_file",
@@ -25,6 +25,7 @@ const KEYS: [&str; 18] = [
     "py_floor",
     "py_ctypes_call",
     "layer_floor",
+    "tracing_syslog",
     "py_emit",
     "py_handler",
     "lttng",

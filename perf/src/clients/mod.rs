@@ -3,9 +3,11 @@
 //! today, in one run against one running eventd (the binary, as a child):
 //!
 //! - Rust: `tracing::info!` with three fields through eventd-tracing's
-//!   layer, through `tracing-subscriber`'s fmt layer writing to a file, and
-//!   as a syslog datagram to eventd's own socket (what a `syslog(3)`
-//!   binding does); and the raw `Emitter` the layer is judged against.
+//!   layer, through `tracing-subscriber`'s fmt layer writing to a file and
+//!   sending each line as a syslog datagram to eventd's own socket (how a
+//!   tracing program logs to syslog), and the same event as one datagram
+//!   formatted by hand (what a `syslog(3)` binding does, no tracing); and
+//!   the raw `Emitter` the layer is judged against.
 //! - C: `eventd_emit` (JSON fields), `eventd_emit_kv` (key/value text:
 //!   values the program holds as text, and numbers it formats with
 //!   `snprintf` first, beside those `snprintf` calls alone) and
@@ -27,7 +29,7 @@
 //! per event, printed beside the issue's goal or a
 //! published figure of another tool (an anchor), with the ratio. The raw
 //! emit, the layer, tracing with a do-nothing layer, the Rust syslog
-//! datagram and LTTng run in rounds, one of each per round (see
+//! paths and LTTng run in rounds, one of each per round (see
 //! [`Native`]); their goals are also read as
 //! ratios to each other within a round, which this shared machine's
 //! loaded moments move less than the figures themselves.
@@ -46,7 +48,9 @@ use cost::{median, median_of, ratio_median, Cost, RUNS};
 use daemon::Daemon;
 use lttng::{lttng_installed, Lttng, LTTNG_PACKAGES};
 use python::{python_bench, python_with_package};
-use rust::{rust_fmt_file, rust_layer, rust_layer_floor, rust_raw, rust_syslog};
+use rust::{
+    rust_fmt_file, rust_layer, rust_layer_floor, rust_raw, rust_syslog, rust_tracing_syslog,
+};
 use std::path::{Path, PathBuf};
 
 /// A published figure, the issue's goal or a peer measured in this run,
@@ -97,11 +101,12 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     };
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
     drop(lttng_session);
-    let [raw, layer, layer_floor, syslog] = [
+    let [raw, layer, layer_floor, syslog, tracing_syslog] = [
         Native::Raw,
         Native::Layer,
         Native::LayerFloor,
         Native::Syslog,
+        Native::TracingSyslog,
     ]
     .map(|p| rounds.median(p));
     let lttng = rounds
@@ -175,6 +180,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     row(
         "Rust: the same as a syslog datagram to eventd's socket",
         syslog,
+        None,
+    );
+    row(
+        "Rust: tracing::info!, 3 fields, fmt layer to that socket",
+        tracing_syslog,
         None,
     );
     row("C: eventd_emit, 3 fields as JSON", c.json, Some(&LTTNG));
@@ -268,6 +278,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         (
             "Rust syslog datagram / tracing layer >= 10x",
             rounds.ratio(Native::Syslog, Native::Layer),
+            10.0,
+        ),
+        (
+            "tracing to syslog (fmt layer) / tracing layer >= 10x",
+            rounds.ratio(Native::TracingSyslog, Native::Layer),
             10.0,
         ),
         (
@@ -374,7 +389,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let mut last = format!(
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
          c_kv_snprintf={:.1} c_snprintf={:.1} c_fields={:.1} c_syslog={:.1} py={:.1} \
-         py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1} layer_floor={:.1}",
+         py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1} layer_floor={:.1} \
+         tracing_syslog={:.1}",
         raw.cpu,
         layer.cpu,
         fmt.cpu,
@@ -389,7 +405,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         py.syslog.cpu,
         py.floor.cpu,
         py.ctypes_call.cpu,
-        layer_floor.cpu
+        layer_floor.cpu,
+        tracing_syslog.cpu
     );
     if let (Some(emit), Some(h)) = (py.emit, py.native_handler) {
         use std::fmt::Write;
@@ -413,6 +430,8 @@ enum Native {
     /// `tracing` with a layer that does nothing.
     LayerFloor,
     Syslog,
+    /// `tracing` through the fmt layer, one syslog datagram per event.
+    TracingSyslog,
     Lttng,
 }
 
@@ -451,6 +470,7 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
         Native::Layer,
         Native::LayerFloor,
         Native::Syslog,
+        Native::TracingSyslog,
     ];
     if lttng.is_some() {
         paths.push(Native::Lttng);
@@ -463,6 +483,7 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
             (Native::Layer, _) => rust_layer(&kmes, n),
             (Native::LayerFloor, _) => rust_layer_floor(n),
             (Native::Syslog, _) => rust_syslog(&daemon.syslog_socket(), n),
+            (Native::TracingSyslog, _) => rust_tracing_syslog(&daemon.syslog_socket(), n),
             (Native::Lttng, Some(lttng)) => lttng.run(n),
             (Native::Lttng, None) => anyhow::bail!("LTTng-UST is not set up"),
         }

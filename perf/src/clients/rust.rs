@@ -1,5 +1,6 @@
-//! The Rust paths: the raw emitter, tracing through eventd's layer and
-//! through the fmt layer to a file, and a syslog datagram.
+//! The Rust paths: the raw emitter, tracing through eventd's layer,
+//! through the fmt layer to a file and through the fmt layer to syslog, and
+//! a syslog datagram alone.
 
 use super::cost::{per_event, start, warm, Cost};
 use eventd::rings::{Emitter, Event, Field, Level, Value};
@@ -113,4 +114,66 @@ pub(super) fn rust_syslog(socket: &Path, n: u64) -> anyhow::Result<Cost> {
     let clock = start();
     (0..n).try_for_each(&mut send)?;
     Ok(per_event(clock, n))
+}
+
+/// Sends each line the fmt layer writes as one RFC 3164 datagram: the
+/// writer a tracing-to-syslog setup plugs into `tracing-subscriber`'s fmt
+/// layer.
+struct SyslogLines {
+    sock: UnixDatagram,
+    pid: u32,
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SyslogLines {
+    type Writer = &'a SyslogLines;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self
+    }
+}
+
+impl std::io::Write for &SyslogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        thread_local! {
+            static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            write!(
+                line,
+                "<14>{} rust-bench[{}]: ",
+                eventd::rings::now_ns() / 1_000_000_000,
+                self.pid
+            )?;
+            line.extend_from_slice(buf.strip_suffix(b"\n").unwrap_or(buf));
+            self.sock.send(line)
+        })?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// tracing to syslog as such setups do: the fmt layer without the time,
+/// level, target and colours (the syslog header carries them), each event
+/// one datagram to eventd's syslog socket.
+pub(super) fn rust_tracing_syslog(socket: &Path, n: u64) -> anyhow::Result<Cost> {
+    use tracing_subscriber::prelude::*;
+    let sock = UnixDatagram::unbound()?;
+    sock.connect(socket)?;
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .without_time()
+        .with_level(false)
+        .with_target(false)
+        .with_writer(SyslogLines {
+            sock,
+            pid: std::process::id(),
+        });
+    let subscriber = tracing_subscriber::registry().with(layer);
+    Ok(tracing::subscriber::with_default(subscriber, || {
+        tracing_loop(n)
+    }))
 }
