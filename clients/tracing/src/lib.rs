@@ -313,11 +313,21 @@ impl Visitor<'_> {
         }
     }
 
+    /// Inlined into each `record_*`, where the value's kind is known, so
+    /// the entry is written without a match on it.
+    #[inline(always)]
     fn put(&mut self, field: &Field, value: Value<'_>) {
-        if self.once && self.fields.has_key(field.name()) {
+        if self.once && self.has(field) {
             return;
         }
         self.fields.field(field.name(), value);
+    }
+
+    /// Whether the fields hold `field` already (spans only, off the
+    /// events' path).
+    #[inline(never)]
+    fn has(&self, field: &Field) -> bool {
+        self.fields.has_key(field.name())
     }
 
     fn text(&mut self, field: &Field, value: std::fmt::Arguments<'_>) {

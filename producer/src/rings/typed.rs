@@ -70,7 +70,7 @@ impl<'a> Field<'a> {
             }
     }
 
-    #[inline]
+    #[inline(always)]
     fn encode(&self, out: &mut impl Sink) {
         let key = truncate(self.key, KEY_BYTES_MAX).as_bytes();
         match self.value {
