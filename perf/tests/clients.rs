@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 19] = [
+const KEYS: [&str; 21] = [
     "raw",
     "layer",
     "fmt_file",
@@ -26,6 +26,8 @@ const KEYS: [&str; 19] = [
     "py_ctypes_call",
     "layer_floor",
     "tracing_syslog",
+    "producer",
+    "producer_2t",
     "py_emit",
     "py_handler",
     "lttng",

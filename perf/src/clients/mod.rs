@@ -6,8 +6,10 @@
 //!   layer, through `tracing-subscriber`'s fmt layer writing to a file and
 //!   sending each line as a syslog datagram to eventd's own socket (how a
 //!   tracing program logs to syslog), and the same event as one datagram
-//!   formatted by hand (what a `syslog(3)` binding does, no tracing); and
-//!   the raw `Emitter` the layer is judged against.
+//!   formatted by hand (what a `syslog(3)` binding does, no tracing); the
+//!   raw `Emitter` the layer is judged against; and the `Producer` the
+//!   clients write through, on one thread and shared by two threads on two
+//!   CPUs (what sharing its counts and budget costs each thread).
 //! - C: `eventd_emit` (JSON fields), `eventd_emit_kv` (key/value text:
 //!   values the program holds as text, and numbers it formats with
 //!   `snprintf` first, beside those `snprintf` calls alone) and
@@ -49,7 +51,8 @@ use daemon::Daemon;
 use lttng::{lttng_installed, Lttng, LTTNG_PACKAGES};
 use python::{python_bench, python_with_package};
 use rust::{
-    rust_fmt_file, rust_layer, rust_layer_floor, rust_raw, rust_syslog, rust_tracing_syslog,
+    rust_fmt_file, rust_layer, rust_layer_floor, rust_producer_threads, rust_raw, rust_syslog,
+    rust_tracing_syslog,
 };
 use std::path::{Path, PathBuf};
 
@@ -101,12 +104,14 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     };
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
     drop(lttng_session);
-    let [raw, layer, layer_floor, syslog, tracing_syslog] = [
+    let [raw, layer, layer_floor, syslog, tracing_syslog, producer, producer_shared] = [
         Native::Raw,
         Native::Layer,
         Native::LayerFloor,
         Native::Syslog,
         Native::TracingSyslog,
+        Native::Producer,
+        Native::ProducerShared,
     ]
     .map(|p| rounds.median(p));
     let lttng = rounds
@@ -158,6 +163,16 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
             Some(&LTTNG),
         );
     }
+    row(
+        "Rust: Producer::emit_items, the same fields, 1 thread",
+        producer,
+        None,
+    );
+    row(
+        "Rust: the same, 2 threads on 2 CPUs sharing it (each)",
+        producer_shared,
+        None,
+    );
     row(
         "Rust: tracing::info!, 3 fields, eventd-tracing layer",
         layer,
@@ -336,6 +351,11 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         "tracing layer above the floor (layer - floor)",
         layer.cpu - layer_floor.cpu
     );
+    println!(
+        "  {:<54} {:>9.2}x",
+        "a Producer shared by 2 threads / 1 thread (each event)",
+        rounds.ratio(Native::ProducerShared, Native::Producer)
+    );
     if lttng.is_none() {
         println!("  LTTng-UST not installed ({LTTNG_PACKAGES}): the ratios to it not measured");
     }
@@ -390,7 +410,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
          c_kv_snprintf={:.1} c_snprintf={:.1} c_fields={:.1} c_syslog={:.1} py={:.1} \
          py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1} layer_floor={:.1} \
-         tracing_syslog={:.1}",
+         tracing_syslog={:.1} producer={:.1} producer_2t={:.1}",
         raw.cpu,
         layer.cpu,
         fmt.cpu,
@@ -406,7 +426,9 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         py.floor.cpu,
         py.ctypes_call.cpu,
         layer_floor.cpu,
-        tracing_syslog.cpu
+        tracing_syslog.cpu,
+        producer.cpu,
+        producer_shared.cpu
     );
     if let (Some(emit), Some(h)) = (py.emit, py.native_handler) {
         use std::fmt::Write;
@@ -432,6 +454,10 @@ enum Native {
     Syslog,
     /// `tracing` through the fmt layer, one syslog datagram per event.
     TracingSyslog,
+    /// A `Producer` (the clients' front: counts, budget) on one thread.
+    Producer,
+    /// One `Producer` shared by two threads on two CPUs.
+    ProducerShared,
     Lttng,
 }
 
@@ -471,6 +497,8 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
         Native::LayerFloor,
         Native::Syslog,
         Native::TracingSyslog,
+        Native::Producer,
+        Native::ProducerShared,
     ];
     if lttng.is_some() {
         paths.push(Native::Lttng);
@@ -484,6 +512,8 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
             (Native::LayerFloor, _) => rust_layer_floor(n),
             (Native::Syslog, _) => rust_syslog(&daemon.syslog_socket(), n),
             (Native::TracingSyslog, _) => rust_tracing_syslog(&daemon.syslog_socket(), n),
+            (Native::Producer, _) => rust_producer_threads(&kmes, n, 1),
+            (Native::ProducerShared, _) => rust_producer_threads(&kmes, n / 2, 2),
             (Native::Lttng, Some(lttng)) => lttng.run(n),
             (Native::Lttng, None) => anyhow::bail!("LTTng-UST is not set up"),
         }

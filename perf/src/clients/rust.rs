@@ -3,6 +3,7 @@
 //! a syslog datagram alone.
 
 use super::cost::{per_event, start, warm, Cost};
+use eventd::rings::client::Producer;
 use eventd::rings::{Emitter, Event, Field, Level, Value};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
@@ -32,6 +33,83 @@ pub(super) fn rust_raw(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
     let clock = start();
     (0..n).for_each(emit);
     Ok(per_event(clock, n))
+}
+
+/// One [`Producer`] shared by `threads` threads, each on its own CPU (of
+/// those this process may use, while there are enough): the CPU each
+/// thread pays per event, averaged over the threads. What a program's
+/// threads pay for sharing one producer (its counts, its budget) beside
+/// one thread alone.
+pub(super) fn rust_producer_threads(kmes: &Path, n: u64, threads: usize) -> anyhow::Result<Cost> {
+    let producer = Producer::new(kmes, "rust-bench");
+    let cpus = allowed_cpus();
+    let barrier = std::sync::Barrier::new(threads);
+    let costs: Vec<Cost> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (producer, barrier) = (&producer, &barrier);
+                let cpu = (!cpus.is_empty()).then(|| cpus[t % cpus.len()]);
+                s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_to(cpu);
+                    }
+                    let emit = |i: u64| {
+                        let fields = [
+                            Field::new("order", Value::U64(i)),
+                            Field::new("amount", Value::F64(i as f64 * 0.5)),
+                            Field::new("paid", Value::Bool(i % 2 == 1)),
+                        ];
+                        let _ = producer.emit_items(Level::Info, "bench", "order taken", &fields);
+                    };
+                    (0..warm(n)).for_each(emit);
+                    // Every thread timed over the same stretch.
+                    barrier.wait();
+                    let clock = start();
+                    (0..n).for_each(emit);
+                    per_event(clock, n)
+                })
+            })
+            .collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    anyhow::ensure!(
+        costs.len() == threads,
+        "an emitting thread panicked ({} of {threads} finished)",
+        costs.len()
+    );
+    let mean = |f: fn(&Cost) -> f64| costs.iter().map(f).sum::<f64>() / threads as f64;
+    Ok(Cost {
+        wall: mean(|c| c.wall),
+        cpu: mean(|c| c.cpu),
+    })
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this
+    // thread.
+    let got = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if got != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, inside the set.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu`; left unpinned if that is refused.
+fn pin_to(cpu: usize) {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from `allowed_cpus`, below CPU_SETSIZE; the call
+    // reads a valid set of the size passed, for this thread (pid 0).
+    unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+    }
 }
 
 /// Warms up, then times `n` events through the subscriber in force.
