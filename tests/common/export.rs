@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The HTTP timeout the exporters get: short, so that faults are noticed
@@ -164,9 +165,35 @@ impl Host {
     }
 }
 
+/// Events `eventctl emit` said it wrote, per host data directory: what
+/// [`assert_accounted`] holds each host's shard files to.
+static WRITTEN: Mutex<BTreeMap<PathBuf, u64>> = Mutex::new(BTreeMap::new());
+
+/// Of `n` lines given to `eventctl emit --stdin`, how many it wrote: all
+/// when it succeeded, else `n` less the failures it reported ("F of T
+/// events not written"); none when it failed otherwise.
+fn written(out: &Output, n: usize) -> u64 {
+    if out.status.success() {
+        return n as u64;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let failed = stderr
+        .split_once(" events not written")
+        .and_then(|(head, _)| head.rsplit_once(" of "))
+        .and_then(|(failed, _)| failed.rsplit(' ').next()?.parse::<u64>().ok());
+    match failed {
+        Some(failed) => (n as u64).saturating_sub(failed),
+        None => {
+            eprintln!("eventctl emit wrote nothing: {stderr}");
+            0
+        }
+    }
+}
+
 /// `n` events emitted on `cpu` of the host at `data` by one `eventctl emit
 /// --stdin`. Emits into a lapping ring may fail; whatever was stored is
-/// what the checks compare, so the outcome is returned, not asserted.
+/// what the checks compare, so the outcome is returned, not asserted; the
+/// events written are tallied for [`assert_accounted`].
 pub fn emit(data: &Path, cpu: usize, tag: &str, n: usize) -> Output {
     let mut child = pin(&mut Command::new(EVENTCTL), cpu)
         .arg("--data-dir")
@@ -189,7 +216,79 @@ pub fn emit(data: &Path, cpu: usize, tag: &str, n: usize) -> Output {
         writeln!(stdin, "{tag} event {i:06} with some words to fill the ring").unwrap();
     }
     drop(stdin);
-    child.wait_with_output().unwrap()
+    let out = child.wait_with_output().unwrap();
+    *WRITTEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(data.to_path_buf())
+        .or_default() += written(&out, n);
+    out
+}
+
+/// The host's shard files account for every event emitted to it: for each
+/// ring (epoch, cpu) every sequence number from 1 to the highest is held
+/// exactly once, by an event or inside a gap, and the events stored plus
+/// those the gaps count lost are at least the events `emit` wrote (a
+/// drain that fell behind a small ring loses events, but counts each).
+/// Waits up to a minute for the drain to store the last of them. Returns
+/// (events stored, events counted lost).
+pub fn assert_accounted(host: &Host) -> (u64, u64) {
+    let want = WRITTEN
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&host.data)
+        .copied()
+        .unwrap_or(0);
+    let mut got = (0, 0);
+    let done = wait_for(Duration::from_secs(60), || {
+        got = sequences(&host.name, &host.data);
+        got.0 + got.1 >= want
+    });
+    assert!(
+        done,
+        "{}: {} events stored and {} counted lost of {want} written",
+        host.name, got.0, got.1
+    );
+    got
+}
+
+/// Checks that every ring's sequence numbers are covered exactly once by
+/// the events and gaps of the shard files at `data`; returns (events,
+/// events lost). A `dropped` gap takes one sequence number and counts the
+/// messages dropped before they reached the ring.
+fn sequences(name: &str, data: &Path) -> (u64, u64) {
+    let (events, gaps) = local(data);
+    let mut covered: BTreeMap<(i64, i64), Vec<(i64, i64)>> = BTreeMap::new();
+    for &(epoch, cpu, seq) in &events {
+        covered.entry((epoch, cpu)).or_default().push((seq, seq));
+    }
+    let mut lost = 0;
+    for (epoch, cpu, from, to, n, reason) in &gaps {
+        let length = if reason == "dropped" { 1 } else { *n };
+        assert_eq!(
+            to - from + 1,
+            length,
+            "{name}: {reason} gap {from}..={to} of ring {epoch:x} cpu {cpu} counts {n}"
+        );
+        covered.entry((*epoch, *cpu)).or_default().push((*from, *to));
+        lost += *n as u64;
+    }
+    for ((epoch, cpu), mut ranges) in covered {
+        ranges.sort_unstable();
+        let mut next = 1;
+        for (from, to) in ranges {
+            assert!(
+                from >= next,
+                "{name}: ring {epoch:x} cpu {cpu}: sequence {from} held twice"
+            );
+            assert_eq!(
+                from, next,
+                "{name}: ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
+            );
+            next = to + 1;
+        }
+    }
+    (events.len() as u64, lost)
 }
 
 pub fn signal(pid: i32, sig: i32) {
@@ -395,6 +494,7 @@ pub fn diff<T: Ord + Clone>(want: &[T], have: &[T]) -> (Vec<T>, Vec<T>) {
 
 /// The check every test ends with; returns (events, gaps) of the host.
 pub fn assert_exactly_once(c: &Cluster, db: &str, host: &Host) -> (usize, usize) {
+    assert_accounted(host);
     let (events, gaps) = local(&host.data);
     // Replication is asynchronous: wait until every replica of every shard
     // holds as much as the host has, then compare exactly.
