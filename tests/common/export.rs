@@ -270,7 +270,10 @@ fn sequences(name: &str, data: &Path) -> (u64, u64) {
             length,
             "{name}: {reason} gap {from}..={to} of ring {epoch:x} cpu {cpu} counts {n}"
         );
-        covered.entry((*epoch, *cpu)).or_default().push((*from, *to));
+        covered
+            .entry((*epoch, *cpu))
+            .or_default()
+            .push((*from, *to));
         lost += *n as u64;
     }
     for ((epoch, cpu), mut ranges) in covered {
