@@ -234,6 +234,14 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
+        // Another eventd layer of this subscriber (a second provider, say)
+        // has stored the span's fields already, encoded the same way.
+        if let Some(SpanFields(fields)) = span.extensions().get::<SpanFields>() {
+            self.span_has_fields(fields);
+            return;
+        }
+        // Recorded before the extensions are locked: a value's `Debug`
+        // may emit an event, which reads them.
         let mut fields = Encoder::default();
         attrs.record(&mut Visitor {
             fields: &mut fields,
@@ -242,7 +250,10 @@ where
             once: true,
         });
         self.span_has_fields(&fields);
-        span.extensions_mut().insert(SpanFields(fields));
+        let mut extensions = span.extensions_mut();
+        if extensions.get_mut::<SpanFields>().is_none() {
+            extensions.insert(SpanFields(fields));
+        }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -391,5 +402,35 @@ impl Visit for Visitor<'_> {
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         self.text(field, format_args!("{value}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::prelude::*;
+
+    /// Two eventd layers in one subscriber (two providers, say) share each
+    /// span's extensions: the second does not panic on the fields the first
+    /// stored, and an event reaches both.
+    #[test]
+    fn two_layers_share_a_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let kmes = dir.path().join("no-rings-here");
+        let a = EventdLayer::builder().kmes_dir(&kmes).provider("a").layer();
+        let b = EventdLayer::builder().kmes_dir(&kmes).provider("b").layer();
+        let (pa, pb) = (a.producer().clone(), b.producer().clone());
+        let flags = [a.spans_have_fields.clone(), b.spans_have_fields.clone()];
+        let subscriber = tracing_subscriber::registry().with(a).with(b);
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("request", user = "ann", late = tracing::field::Empty);
+            // Both look for span fields, the second layer too although the
+            // first stored them.
+            assert!(flags.iter().all(|f| f.load(Ordering::Relaxed)));
+            span.record("late", 1);
+            span.in_scope(|| tracing::info!(n = 1, "inside"));
+        });
+        // No rings: each layer's event is dropped and counted.
+        assert_eq!((pa.dropped(), pb.dropped()), (1, 1));
     }
 }
