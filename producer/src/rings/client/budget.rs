@@ -78,7 +78,9 @@ impl Producer {
         // Windows run on the monotonic clock (a step of the wall clock
         // neither stretches nor cuts one short); read only under a limit.
         let now_ms = crate::sync::monotonic_ms();
-        let verdict = self.budget.judge(level, now_ms);
+        // SAFETY: sched_getcpu takes nothing and only returns a number.
+        let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
+        let verdict = self.budget.judge(level, now_ms, cpu);
         if let Some((refused, window_ms)) = verdict.report {
             self.report_refused(refused, window_ms);
         }
