@@ -9,7 +9,7 @@
 
 use std::process::Command;
 
-const KEYS: [&str; 21] = [
+const KEYS: [&str; 23] = [
     "raw",
     "layer",
     "fmt_file",
@@ -28,6 +28,8 @@ const KEYS: [&str; 21] = [
     "tracing_syslog",
     "producer",
     "producer_2t",
+    "producer_budget",
+    "producer_budget_2t",
     "py_emit",
     "py_handler",
     "lttng",

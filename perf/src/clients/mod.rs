@@ -9,7 +9,8 @@
 //!   formatted by hand (what a `syslog(3)` binding does, no tracing); the
 //!   raw `Emitter` the layer is judged against; and the `Producer` the
 //!   clients write through, on one thread and shared by two threads on two
-//!   CPUs (what sharing its counts and budget costs each thread).
+//!   CPUs (what sharing its counts and budget costs each thread), without
+//!   and with a rate limit judged on every event.
 //! - C: `eventd_emit` (JSON fields), `eventd_emit_kv` (key/value text:
 //!   values the program holds as text, and numbers it formats with
 //!   `snprintf` first, beside those `snprintf` calls alone) and
@@ -104,16 +105,19 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     };
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
     drop(lttng_session);
-    let [raw, layer, layer_floor, syslog, tracing_syslog, producer, producer_shared] = [
-        Native::Raw,
-        Native::Layer,
-        Native::LayerFloor,
-        Native::Syslog,
-        Native::TracingSyslog,
-        Native::Producer,
-        Native::ProducerShared,
-    ]
-    .map(|p| rounds.median(p));
+    let [raw, layer, layer_floor, syslog, tracing_syslog, producer, producer_shared, budget, budget_shared] =
+        [
+            Native::Raw,
+            Native::Layer,
+            Native::LayerFloor,
+            Native::Syslog,
+            Native::TracingSyslog,
+            Native::Producer,
+            Native::ProducerShared,
+            Native::ProducerBudget,
+            Native::ProducerBudgetShared,
+        ]
+        .map(|p| rounds.median(p));
     let lttng = rounds
         .has(Native::Lttng)
         .then(|| rounds.median(Native::Lttng));
@@ -171,6 +175,16 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     row(
         "Rust: the same, 2 threads on 2 CPUs sharing it (each)",
         producer_shared,
+        None,
+    );
+    row(
+        "Rust: Producer, 1 thread, a rate limit judged per event",
+        budget,
+        None,
+    );
+    row(
+        "Rust: the same, 2 threads on 2 CPUs sharing it (each)",
+        budget_shared,
         None,
     );
     row(
@@ -351,11 +365,25 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         "tracing layer above the floor (layer - floor)",
         layer.cpu - layer_floor.cpu
     );
-    println!(
-        "  {:<54} {:>9.2}x",
-        "a Producer shared by 2 threads / 1 thread (each event)",
-        rounds.ratio(Native::ProducerShared, Native::Producer)
-    );
+    for (what, a, b) in [
+        (
+            "a Producer shared by 2 threads / 1 thread (each event)",
+            Native::ProducerShared,
+            Native::Producer,
+        ),
+        (
+            "the same with a rate limit judged per event",
+            Native::ProducerBudgetShared,
+            Native::ProducerBudget,
+        ),
+        (
+            "2 threads, with a rate limit / without",
+            Native::ProducerBudgetShared,
+            Native::ProducerShared,
+        ),
+    ] {
+        println!("  {what:<54} {:>9.2}x", rounds.ratio(a, b));
+    }
     if lttng.is_none() {
         println!("  LTTng-UST not installed ({LTTNG_PACKAGES}): the ratios to it not measured");
     }
@@ -410,7 +438,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
          c_kv_snprintf={:.1} c_snprintf={:.1} c_fields={:.1} c_syslog={:.1} py={:.1} \
          py_syslog={:.1} py_floor={:.1} py_ctypes_call={:.1} layer_floor={:.1} \
-         tracing_syslog={:.1} producer={:.1} producer_2t={:.1}",
+         tracing_syslog={:.1} producer={:.1} producer_2t={:.1} producer_budget={:.1} \
+         producer_budget_2t={:.1}",
         raw.cpu,
         layer.cpu,
         fmt.cpu,
@@ -428,7 +457,9 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         layer_floor.cpu,
         tracing_syslog.cpu,
         producer.cpu,
-        producer_shared.cpu
+        producer_shared.cpu,
+        budget.cpu,
+        budget_shared.cpu
     );
     if let (Some(emit), Some(h)) = (py.emit, py.native_handler) {
         use std::fmt::Write;
@@ -458,6 +489,10 @@ enum Native {
     Producer,
     /// One `Producer` shared by two threads on two CPUs.
     ProducerShared,
+    /// [`Native::Producer`] and [`Native::ProducerShared`] with a rate
+    /// limit judged on every event (never reached).
+    ProducerBudget,
+    ProducerBudgetShared,
     Lttng,
 }
 
@@ -499,6 +534,8 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
         Native::TracingSyslog,
         Native::Producer,
         Native::ProducerShared,
+        Native::ProducerBudget,
+        Native::ProducerBudgetShared,
     ];
     if lttng.is_some() {
         paths.push(Native::Lttng);
@@ -512,8 +549,10 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
             (Native::LayerFloor, _) => rust_layer_floor(n),
             (Native::Syslog, _) => rust_syslog(&daemon.syslog_socket(), n),
             (Native::TracingSyslog, _) => rust_tracing_syslog(&daemon.syslog_socket(), n),
-            (Native::Producer, _) => rust_producer_threads(&kmes, n, 1),
-            (Native::ProducerShared, _) => rust_producer_threads(&kmes, n / 2, 2),
+            (Native::Producer, _) => rust_producer_threads(&kmes, n, 1, false),
+            (Native::ProducerShared, _) => rust_producer_threads(&kmes, n / 2, 2, false),
+            (Native::ProducerBudget, _) => rust_producer_threads(&kmes, n, 1, true),
+            (Native::ProducerBudgetShared, _) => rust_producer_threads(&kmes, n / 2, 2, true),
             (Native::Lttng, Some(lttng)) => lttng.run(n),
             (Native::Lttng, None) => anyhow::bail!("LTTng-UST is not set up"),
         }

@@ -39,9 +39,21 @@ pub(super) fn rust_raw(kmes: &Path, n: u64) -> anyhow::Result<Cost> {
 /// those this process may use, while there are enough): the CPU each
 /// thread pays per event, averaged over the threads. What a program's
 /// threads pay for sharing one producer (its counts, its budget) beside
-/// one thread alone.
-pub(super) fn rust_producer_threads(kmes: &Path, n: u64, threads: usize) -> anyhow::Result<Cost> {
+/// one thread alone. With `budget`, the producer judges every event
+/// against a rate limit it never reaches (as under the daemon's default
+/// limits; the harness's eventd has them off).
+pub(super) fn rust_producer_threads(
+    kmes: &Path,
+    n: u64,
+    threads: usize,
+    budget: bool,
+) -> anyhow::Result<Cost> {
     let producer = Producer::new(kmes, "rust-bench");
+    let producer = if budget {
+        producer.with_budget(30_000, u64::from(u32::MAX))
+    } else {
+        producer.with_budget(0, 0)
+    };
     let cpus = allowed_cpus();
     let barrier = std::sync::Barrier::new(threads);
     let costs: Vec<Cost> = std::thread::scope(|s| {
