@@ -431,7 +431,7 @@ impl Sequences {
 /// before they reached the ring.
 fn check_sequences(store: &Path) -> Sequences {
     let mut found = Sequences::default();
-    let mut covered: BTreeMap<(i64, i64), Vec<(i64, i64)>> = BTreeMap::new();
+    let mut covered = common::Covered::new();
     for (path, c) in open_shards(store) {
         let mut stmt = c
             .prepare("SELECT ring_epoch, cpu, seq FROM events")
@@ -483,22 +483,7 @@ fn check_sequences(store: &Path) -> Sequences {
             entry.1 += lost as u64;
         }
     }
-    for ((epoch, cpu), mut ranges) in covered {
-        ranges.sort_unstable();
-        let mut next = 1;
-        for (from, to) in ranges {
-            assert!(
-                from >= next,
-                "ring {epoch:x} cpu {cpu}: sequence {from} stored twice"
-            );
-            assert_eq!(
-                from, next,
-                "ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
-            );
-            next = to + 1;
-        }
-        found.highest.insert((epoch, cpu), next - 1);
-    }
+    found.highest = common::assert_covered(&store.display().to_string(), covered);
     found
 }
 

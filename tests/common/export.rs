@@ -258,7 +258,7 @@ pub fn assert_accounted(host: &Host) -> (u64, u64) {
 /// messages dropped before they reached the ring.
 fn sequences(name: &str, data: &Path) -> (u64, u64) {
     let (events, gaps) = local(data);
-    let mut covered: BTreeMap<(i64, i64), Vec<(i64, i64)>> = BTreeMap::new();
+    let mut covered = common::Covered::new();
     for &(epoch, cpu, seq) in &events {
         covered.entry((epoch, cpu)).or_default().push((seq, seq));
     }
@@ -276,21 +276,7 @@ fn sequences(name: &str, data: &Path) -> (u64, u64) {
             .push((*from, *to));
         lost += *n as u64;
     }
-    for ((epoch, cpu), mut ranges) in covered {
-        ranges.sort_unstable();
-        let mut next = 1;
-        for (from, to) in ranges {
-            assert!(
-                from >= next,
-                "{name}: ring {epoch:x} cpu {cpu}: sequence {from} held twice"
-            );
-            assert_eq!(
-                from, next,
-                "{name}: ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
-            );
-            next = to + 1;
-        }
-    }
+    common::assert_covered(name, covered);
     (events.len() as u64, lost)
 }
 

@@ -4,6 +4,7 @@
 
 use rand::Rng;
 use rusqlite::{Connection, OpenFlags};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -341,4 +342,32 @@ pub fn pin(cmd: &mut Command, cpu: usize) -> &mut Command {
             Ok(())
         })
     }
+}
+
+/// Sequence ranges held per ring (epoch, cpu): one `(seq, seq)` per event
+/// stored, one `(from, to)` per gap.
+pub type Covered = BTreeMap<(i64, i64), Vec<(i64, i64)>>;
+
+/// Checks that each ring's ranges cover its sequence numbers from 1 to the
+/// highest exactly once (`what` names the store in the message); returns
+/// the highest per ring.
+pub fn assert_covered(what: &str, covered: Covered) -> BTreeMap<(i64, i64), i64> {
+    let mut highest = BTreeMap::new();
+    for ((epoch, cpu), mut ranges) in covered {
+        ranges.sort_unstable();
+        let mut next = 1;
+        for (from, to) in ranges {
+            assert!(
+                from >= next,
+                "{what}: ring {epoch:x} cpu {cpu}: sequence {from} held twice"
+            );
+            assert_eq!(
+                from, next,
+                "{what}: ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
+            );
+            next = to + 1;
+        }
+        highest.insert((epoch, cpu), next - 1);
+    }
+    highest
 }

@@ -106,18 +106,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
     drop(lttng_session);
     let [raw, layer, layer_floor, syslog, tracing_syslog, producer, producer_shared, budget, budget_shared] =
-        [
-            Native::Raw,
-            Native::Layer,
-            Native::LayerFloor,
-            Native::Syslog,
-            Native::TracingSyslog,
-            Native::Producer,
-            Native::ProducerShared,
-            Native::ProducerBudget,
-            Native::ProducerBudgetShared,
-        ]
-        .map(|p| rounds.median(p));
+        Native::EVERY_RUN.map(|p| rounds.median(p));
     let lttng = rounds
         .has(Native::Lttng)
         .then(|| rounds.median(Native::Lttng));
@@ -496,6 +485,21 @@ enum Native {
     Lttng,
 }
 
+impl Native {
+    /// The paths every run has (LTTng only where it is installed).
+    const EVERY_RUN: [Native; 9] = [
+        Native::Raw,
+        Native::Layer,
+        Native::LayerFloor,
+        Native::Syslog,
+        Native::TracingSyslog,
+        Native::Producer,
+        Native::ProducerShared,
+        Native::ProducerBudget,
+        Native::ProducerBudgetShared,
+    ];
+}
+
 /// The runs of each [`Native`] path, round by round.
 struct Rounds {
     paths: Vec<Native>,
@@ -526,17 +530,7 @@ impl Rounds {
 
 fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Result<Rounds> {
     let kmes = daemon.kmes();
-    let mut paths = vec![
-        Native::Raw,
-        Native::Layer,
-        Native::LayerFloor,
-        Native::Syslog,
-        Native::TracingSyslog,
-        Native::Producer,
-        Native::ProducerShared,
-        Native::ProducerBudget,
-        Native::ProducerBudgetShared,
-    ];
+    let mut paths = Native::EVERY_RUN.to_vec();
     if lttng.is_some() {
         paths.push(Native::Lttng);
     }
