@@ -352,22 +352,30 @@ pub type Covered = BTreeMap<(i64, i64), Vec<(i64, i64)>>;
 /// highest exactly once (`what` names the store in the message); returns
 /// the highest per ring.
 pub fn assert_covered(what: &str, covered: Covered) -> BTreeMap<(i64, i64), i64> {
+    check_covered(what, covered).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`assert_covered`] that says what is wrong instead of failing (for a
+/// store a drain may still be writing).
+pub fn check_covered(what: &str, covered: Covered) -> Result<BTreeMap<(i64, i64), i64>, String> {
     let mut highest = BTreeMap::new();
     for ((epoch, cpu), mut ranges) in covered {
         ranges.sort_unstable();
         let mut next = 1;
         for (from, to) in ranges {
-            assert!(
-                from >= next,
-                "{what}: ring {epoch:x} cpu {cpu}: sequence {from} held twice"
-            );
-            assert_eq!(
-                from, next,
-                "{what}: ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
-            );
+            if from < next {
+                return Err(format!(
+                    "{what}: ring {epoch:x} cpu {cpu}: sequence {from} held twice"
+                ));
+            }
+            if from > next {
+                return Err(format!(
+                    "{what}: ring {epoch:x} cpu {cpu}: sequences {next}..{from} neither stored nor in a gap"
+                ));
+            }
             next = to + 1;
         }
         highest.insert((epoch, cpu), next - 1);
     }
-    highest
+    Ok(highest)
 }

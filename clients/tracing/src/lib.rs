@@ -17,7 +17,8 @@
 //! nanoseconds of the emitting thread's CPU for `tracing::info!` with three
 //! fields on the machine of docs/performance.md in ordinary minutes, 250 in
 //! loaded ones (1.1–1.4 times an LTTng-UST tracepoint in the same run), no
-//! system call, no lock, never a wait for eventd. What goes where (docs/guide/emitting.md):
+//! system call, no lock, never a wait for eventd. What goes where
+//! (docs/guide/emitting.md):
 //!
 //! | eventd column | from `tracing` | from `log` |
 //! |---|---|---|
