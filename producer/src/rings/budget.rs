@@ -22,6 +22,7 @@
 //! and, by at most what one racing CPU is putting in its slot, when the
 //! pool runs out; never the counts.
 
+use crate::rings::per_cpu::PerCpu;
 use crate::rings::Level;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -59,8 +60,11 @@ pub struct Budget {
     used: AtomicU64,
     /// Events refused and not reported yet.
     pub(crate) refused: AtomicU64,
-    /// Each CPU's admissions taken and not spent yet (see [`Slot`]).
-    slots: Box<[Slot]>,
+    /// Each CPU's admissions taken and not spent yet: the window's tag
+    /// (the low 32 bits of its start) in the high half, how many are left
+    /// in the low half. A word whose tag is not the current window's holds
+    /// none.
+    slots: PerCpu,
     /// The tag of a window found with nothing left anywhere: its later
     /// refusals do not look through the slots again.
     exhausted: AtomicU64,
@@ -69,24 +73,9 @@ pub struct Budget {
     chunk: Option<u64>,
 }
 
-/// Slots of the admissions taken per CPU: an event on CPU `c` spends from
-/// slot `c % SLOTS`.
-#[cfg(not(loom))]
-const SLOTS: usize = 64;
-#[cfg(loom)]
-const SLOTS: usize = 2;
-
 /// The most admissions a CPU takes from a window's pool at once (fewer for
 /// small bursts, see [`Budget::chunk`]).
 const CHUNK_MAX: u64 = 32;
-
-/// One CPU's admissions in hand: the window's tag (the low 32 bits of its
-/// start) in the high half, how many are left in the low half. A slot
-/// whose tag is not the current window's holds none. On its own cache
-/// line (128 bytes: adjacent-line prefetch pairs lines on x86_64).
-#[repr(align(128))]
-#[derive(Debug)]
-struct Slot(AtomicU64);
 
 const LEFT_MASK: u64 = 0xffff_ffff;
 
@@ -117,7 +106,7 @@ impl Budget {
             start_ms: AtomicU64::new(u64::MAX),
             used: AtomicU64::new(0),
             refused: AtomicU64::new(0),
-            slots: (0..SLOTS).map(|_| Slot(AtomicU64::new(0))).collect(),
+            slots: PerCpu::new(),
             exhausted: AtomicU64::new(u64::MAX),
             chunk: None,
         }
@@ -202,7 +191,7 @@ impl Budget {
         // The low half: windows start at least a millisecond apart, so
         // two tags meet only 2^32 ms (49 days) apart.
         let tag = start as u32;
-        let slot = &self.slots[cpu as usize % SLOTS];
+        let slot = self.slots.of(cpu);
         if self.spend(slot, tag)
             || self.take_from_pool(slot, tag, burst)
             || self.take_from_others(slot, tag)
@@ -222,16 +211,13 @@ impl Budget {
     }
 
     /// Spends one of the admissions `slot` holds for the window of `tag`.
-    fn spend(&self, slot: &Slot, tag: u32) -> bool {
+    fn spend(&self, slot: &AtomicU64, tag: u32) -> bool {
         // Relaxed, here and in every slot operation: each is a single
         // read-modify-write of its word, exact on its own; nothing else is
         // published through a slot.
-        let mut word = slot.0.load(Ordering::Relaxed);
+        let mut word = slot.load(Ordering::Relaxed);
         while left_for(word, tag) > 0 {
-            match slot
-                .0
-                .compare_exchange_weak(word, word - 1, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match slot.compare_exchange_weak(word, word - 1, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(now) => word = now,
             }
@@ -240,7 +226,7 @@ impl Budget {
     }
 
     /// Takes a chunk from the window's pool: spends one, keeps the rest.
-    fn take_from_pool(&self, slot: &Slot, tag: u32, burst: u64) -> bool {
+    fn take_from_pool(&self, slot: &AtomicU64, tag: u32, burst: u64) -> bool {
         let chunk = self.chunk(burst);
         // Acquire, with the Release below: a thread that sees the pool of
         // a window sees that window's start too (its taker read it before
@@ -283,14 +269,14 @@ impl Budget {
 
     /// Takes what another CPU's slot holds for this window (the pool is
     /// empty): spends one, keeps the rest.
-    fn take_from_others(&self, slot: &Slot, tag: u32) -> bool {
+    fn take_from_others(&self, slot: &AtomicU64, tag: u32) -> bool {
         if self.exhausted.load(Ordering::Relaxed) == u64::from(tag) {
             return false;
         }
         for other in self.slots.iter() {
-            let mut word = other.0.load(Ordering::Relaxed);
+            let mut word = other.load(Ordering::Relaxed);
             while left_for(word, tag) > 0 {
-                match other.0.compare_exchange_weak(
+                match other.compare_exchange_weak(
                     word,
                     slot_word(tag, 0),
                     Ordering::Relaxed,
@@ -312,17 +298,14 @@ impl Budget {
 
     /// Adds `n` admissions of the window of `tag` to `slot` (dropping what
     /// it held for an older window).
-    fn keep(&self, slot: &Slot, tag: u32, n: u64) {
+    fn keep(&self, slot: &AtomicU64, tag: u32, n: u64) {
         if n == 0 {
             return;
         }
-        let mut word = slot.0.load(Ordering::Relaxed);
+        let mut word = slot.load(Ordering::Relaxed);
         loop {
             let next = slot_word(tag, left_for(word, tag) + n);
-            match slot
-                .0
-                .compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
+            match slot.compare_exchange_weak(word, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(now) => word = now,
             }

@@ -23,6 +23,7 @@ pub mod json;
 mod memory;
 #[cfg(not(loom))]
 pub mod orphan;
+pub mod per_cpu;
 pub mod producer;
 mod published;
 pub mod reader;

@@ -6,50 +6,34 @@
 //! line that every emitting CPU takes in turn: with two threads emitting on
 //! two CPUs it cost each event 40–65 ns more than one thread alone
 //! (perf/runs/notebook.md), against ~100 ns for the whole emit. Here each
-//! emit adds to the slot of the CPU whose ring it wrote (the CPU it ran on),
-//! so threads on different CPUs touch different lines, the way the rings
-//! themselves are kept apart; the total is the sum of the slots.
+//! emit adds to the word of the CPU whose ring it wrote (the CPU it ran on,
+//! a [`PerCpu`] word), so threads on different CPUs touch different lines;
+//! the total is the sum of the words.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Slots of a [`CpuCount`]: a CPU adds to slot `cpu % SLOTS`, so above
-/// this many CPUs two far-apart CPUs share one (correct, slower).
-const SLOTS: usize = 64;
-
-/// One slot on its own cache line (128 bytes: adjacent-line prefetch pairs
-/// lines on x86_64).
-#[repr(align(128))]
-#[derive(Default)]
-struct Slot(AtomicU64);
+use crate::rings::per_cpu::PerCpu;
+use crate::sync::Ordering;
 
 /// A count added to per CPU and read as one total.
-pub(super) struct CpuCount {
-    slots: Box<[Slot]>,
-}
+pub(super) struct CpuCount(PerCpu);
 
 impl CpuCount {
     pub(super) fn new() -> CpuCount {
-        CpuCount {
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
-        }
+        CpuCount(PerCpu::new())
     }
 
-    /// Adds one in `cpu`'s slot.
+    /// Adds one in `cpu`'s word.
     #[inline]
     pub(super) fn add(&self, cpu: u32) {
-        // `% SLOTS` keeps the index in range (a slice of SLOTS slots).
-        if let Some(slot) = self.slots.get(cpu as usize % SLOTS) {
-            // Relaxed: a statistic; a reader that synchronised with the
-            // adding threads (joined them, say) sees every addition.
-            slot.0.fetch_add(1, Ordering::Relaxed);
-        }
+        // Relaxed: a statistic; a reader that synchronised with the adding
+        // threads (joined them, say) sees every addition.
+        self.0.of(cpu).fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The sum of the slots. Each slot only grows, so successive totals
-    /// read by one thread never go down.
+    /// The sum of the words. Each only grows, so successive totals read by
+    /// one thread never go down.
     pub(super) fn total(&self) -> u64 {
         // Relaxed: as in `add`.
-        self.slots.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+        self.0.iter().map(|w| w.load(Ordering::Relaxed)).sum()
     }
 }
 
