@@ -5,7 +5,7 @@
 
 use rand::Rng;
 use rusqlite::Connection;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,13 +23,13 @@ use common::*;
 /// number of sequence numbers lost in gaps.
 fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
     let mut messages: HashMap<String, u32> = HashMap::new();
-    // Per ring epoch, the sequence ranges covered: one per event, one per gap.
-    let mut covered: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
+    // Per ring, the sequence ranges covered: one per event, one per gap.
+    let mut covered = Covered::new();
     let mut lost = 0u64;
     for (path, c) in shards(data) {
         let mut stmt = c
             .prepare(&format!(
-                "SELECT ring_epoch, seq, message, {NOT_BOOT_MARKER} FROM events ORDER BY id"
+                "SELECT ring_epoch, seq, message, {NOT_BOOT_MARKER}, cpu FROM events ORDER BY id"
             ))
             .unwrap();
         let rows = stmt
@@ -39,6 +39,7 @@ fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
                     r.get::<_, i64>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, bool>(3)?,
+                    r.get::<_, i64>(4)?,
                 ))
             })
             .unwrap();
@@ -46,19 +47,19 @@ fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
         let mut rows_by_ring: HashMap<i64, Vec<(i64, usize)>> = HashMap::new();
         let mut gaps_by_ring: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
         for (row_number, row) in rows.enumerate() {
-            let (epoch, seq, message, sent) = row.unwrap();
+            let (epoch, seq, message, sent, cpu) = row.unwrap();
             // eventd's boot markers hold sequence numbers, not messages.
             if sent {
                 *messages.entry(message).or_default() += 1;
             }
-            covered.entry(epoch).or_default().push((seq, seq));
+            covered.entry((epoch, cpu)).or_default().push((seq, seq));
             rows_by_ring
                 .entry(epoch)
                 .or_default()
                 .push((seq, row_number));
         }
         let mut stmt = c
-            .prepare("SELECT ring_epoch, from_seq, to_seq, lost FROM gaps")
+            .prepare("SELECT ring_epoch, from_seq, to_seq, lost, cpu FROM gaps")
             .unwrap();
         for gap in stmt
             .query_map([], |r| {
@@ -67,14 +68,15 @@ fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
                     r.get::<_, i64>(1)?,
                     r.get::<_, i64>(2)?,
                     r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
                 ))
             })
             .unwrap()
         {
-            let (epoch, from, to, n) = gap.unwrap();
+            let (epoch, from, to, n, cpu) = gap.unwrap();
             assert_eq!(n, to - from + 1);
             lost += n as u64;
-            covered.entry(epoch).or_default().push((from, to));
+            covered.entry((epoch, cpu)).or_default().push((from, to));
             gaps_by_ring.entry(epoch).or_default().push((from, to));
         }
         for v in rows_by_ring.values_mut() {
@@ -123,20 +125,9 @@ fn check_store(data: &Path) -> (HashMap<String, u32>, u64) {
             );
         }
     }
-    // Per ring epoch: 1..=max covered exactly once (ranges neither overlap
-    // nor leave a hole).
-    for (epoch, mut ranges) in covered {
-        ranges.sort_unstable();
-        let mut next = 1;
-        for (from, to) in ranges {
-            assert!(from >= next, "ring {epoch:x}: sequence {from} stored twice");
-            assert_eq!(
-                from, next,
-                "ring {epoch:x}: sequences {next}..{from} missing"
-            );
-            next = to + 1;
-        }
-    }
+    // Per ring: 1..=max covered exactly once (ranges neither overlap nor
+    // leave a hole).
+    assert_covered(&data.display().to_string(), covered);
     (messages, lost)
 }
 
