@@ -46,11 +46,11 @@ pub struct Budget {
     /// Whether the limit follows what the daemon publishes in its rings
     /// (else it was fixed by the program or its environment).
     follows_daemon: bool,
-    /// The event time (realtime ms) of the last look at the daemon's
-    /// limit; 0: none yet (read by the client, which the loom models leave
-    /// out).
+    /// The event time (realtime ns, as `u64`) of the last look at the
+    /// daemon's limit; 0: none yet (read by the client, which the loom
+    /// models leave out).
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) last_look_ms: AtomicU64,
+    pub(crate) last_look_ns: AtomicU64,
     /// The current window's start (`sync` clock ms; `u64::MAX`: none yet).
     start_ms: AtomicU64,
     /// The pool: admissions taken from a window (into the CPUs' slots),
@@ -102,7 +102,7 @@ impl Budget {
         Budget {
             limit: AtomicU64::new(pack(interval_ms, burst)),
             follows_daemon: false,
-            last_look_ms: AtomicU64::new(0),
+            last_look_ns: AtomicU64::new(0),
             start_ms: AtomicU64::new(u64::MAX),
             used: AtomicU64::new(0),
             refused: AtomicU64::new(0),

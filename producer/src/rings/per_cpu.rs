@@ -1,9 +1,8 @@
 //! [`PerCpu`]: one word per CPU, each on a cache line of its own, for what
-//! every thread of a program updates on every event (a producer's count of
-//! emitted events, its budget's admissions in hand). One shared word would
-//! be one line passing between the emitting CPUs on every event; a word
-//! per CPU keeps threads on different CPUs apart, the way the rings
-//! themselves are.
+//! every thread of a program updates on every event under a rate limit
+//! (its budget's admissions in hand). One shared word would be one line
+//! passing between the emitting CPUs on every event; a word per CPU keeps
+//! threads on different CPUs apart, the way the rings themselves are.
 
 use crate::sync::AtomicU64;
 

@@ -13,8 +13,8 @@ use crate::sync::Ordering;
 pub const BUDGET_ENV: &str = "EVENTD_RATE_LIMIT";
 /// The name of a producer's report of events it refused.
 pub const REFUSED_NAME: &str = "rate_limit.refused";
-/// How often a producer that follows the daemon looks at its limit.
-pub const LOOK_EVERY_MS: u64 = 1000;
+/// How often a producer that follows the daemon looks at its limit, ns.
+pub const LOOK_EVERY_NS: u64 = 1_000_000_000;
 
 impl Budget {
     /// The budget [`BUDGET_ENV`] fixes; else (unset, or unreadable: a
@@ -98,11 +98,11 @@ impl Producer {
     /// either way only brings the next look forward.
     fn follow_daemon(&self, ts_ns: i64) {
         let budget = &self.budget;
-        let now_ms = u64::try_from(ts_ns / 1_000_000).unwrap_or(0);
+        let now_ns = u64::try_from(ts_ns).unwrap_or(0);
         // Relaxed: only says when to look; two threads looking at once
         // both read the same word.
-        let last = budget.last_look_ms.load(Ordering::Relaxed);
-        if !budget.follows_daemon() || now_ms.abs_diff(last) < LOOK_EVERY_MS {
+        let last = budget.last_look_ns.load(Ordering::Relaxed);
+        if !budget.follows_daemon() || now_ns.abs_diff(last) < LOOK_EVERY_NS {
             return;
         }
         let Some(emitter) = self.emitter.get() else {
@@ -113,7 +113,7 @@ impl Producer {
         let Ok(ring) = emitter.ring(cpu) else {
             return;
         };
-        budget.last_look_ms.store(now_ms, Ordering::Relaxed);
+        budget.last_look_ns.store(now_ns, Ordering::Relaxed);
         match ring.rate_limit() {
             Some(limit) => budget.set(limit.interval_ms, limit.burst),
             // An eventd that publishes no limit: none here either.

@@ -75,8 +75,8 @@ pub struct Producer {
     /// `sync` clock ms before which no new attempt is made.
     retry_at_ms: AtomicU64,
     said: AtomicBool,
-    /// Events written, counted per CPU (see [`count`]).
-    emitted: count::CpuCount,
+    /// Events written, counted per thread (see [`count`]).
+    emitted: count::ThreadCount,
     dropped: AtomicU64,
     /// This provider's budget in this process (the daemon's limit unless
     /// fixed by `EVENTD_RATE_LIMIT` or [`Producer::with_budget`]).
@@ -95,7 +95,7 @@ impl Producer {
             opening: Mutex::new(()),
             retry_at_ms: AtomicU64::new(0),
             said: AtomicBool::new(false),
-            emitted: count::CpuCount::new(),
+            emitted: count::ThreadCount::new(),
             dropped: AtomicU64::new(0),
             budget: budget::Budget::from_env(),
         }
@@ -203,8 +203,7 @@ impl Producer {
         }
         let result = match self.open() {
             Some(emitter) => {
-                let (pid, tid) = ids();
-                let uid = uid_at(ts_ns);
+                let Ids { pid, tid, uid, .. } = ids_at(ts_ns);
                 let event = Event {
                     ts_ns,
                     pid,
@@ -221,8 +220,7 @@ impl Producer {
             None => Err(Dropped::NoRings),
         };
         match result {
-            // Counted in the slot of the CPU whose ring took the event.
-            Ok(cpu) => self.emitted.add(cpu),
+            Ok(_) => self.emitted.add(),
             Err(_) => {
                 // Relaxed: a statistic.
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -232,10 +230,18 @@ impl Producer {
     }
 
     /// The emitter, opening the directory if it is time to try.
+    #[inline]
     fn open(&self) -> Option<&Emitter> {
-        if let Some(e) = self.emitter.get() {
-            return Some(e);
+        match self.emitter.get() {
+            Some(e) => Some(e),
+            None => self.open_dir(),
         }
+    }
+
+    /// [`Producer::open`] before the rings are open: tries the directory
+    /// if it is time to.
+    #[cold]
+    fn open_dir(&self) -> Option<&Emitter> {
         let now = crate::sync::monotonic_ms();
         // Relaxed: a hint of when to try; the lock below decides.
         if now < self.retry_at_ms.load(Ordering::Relaxed) {
@@ -298,35 +304,25 @@ fn classify(e: EmitRingError) -> Dropped {
 /// (`getuid` is a system call: asking per event would double the cost).
 const UID_REFRESH_NS: i64 = 100_000_000;
 
-thread_local! {
-    /// (uid, when it was asked, ns since the epoch).
-    static UID: Cell<(u32, i64)> = const { Cell::new((0, i64::MIN)) };
-}
-
-/// The calling thread's uid as of at most [`UID_REFRESH_NS`] before `now`.
-fn uid_at(now: i64) -> u32 {
-    let ask = || {
-        // SAFETY: getuid has no preconditions.
-        unsafe { libc::getuid() }
-    };
-    UID.try_with(|c| {
-        let (uid, at) = c.get();
-        if now.wrapping_sub(at) < UID_REFRESH_NS && now >= at {
-            return uid;
-        }
-        let uid = ask();
-        c.set((uid, now));
-        uid
-    })
-    .unwrap_or_else(|_| ask())
-}
-
 /// The process id, asked again after a fork (0: not known).
 static PID: AtomicU32 = AtomicU32::new(0);
 
+/// A thread's ids as an event carries them.
+#[derive(Clone, Copy)]
+struct Ids {
+    /// The pid they were taken under (a fork's child has another).
+    pid: u32,
+    tid: u32,
+    uid: u32,
+    /// When `uid` was asked, ns since the epoch.
+    uid_asked_ns: i64,
+}
+
 thread_local! {
-    /// (pid, tid) of this thread, as of the pid it was taken under.
-    static IDS: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    /// This thread's ids, in one place so an event looks once.
+    static IDS: Cell<Ids> = const {
+        Cell::new(Ids { pid: 0, tid: 0, uid: 0, uid_asked_ns: i64::MIN })
+    };
 }
 
 extern "C" fn forget_pid() {
@@ -334,36 +330,66 @@ extern "C" fn forget_pid() {
     PID.store(0, Ordering::Relaxed);
 }
 
-/// This thread's (pid, tid) without a system call in the steady state:
-/// both are cached, and a fork (which copies the caches into a child with
-/// other ids) makes the child ask again.
-fn ids() -> (u32, u32) {
+/// The process id, cached until a fork.
+fn pid() -> u32 {
     // Relaxed: the pid is only ever the process's own; a stale 0 asks again.
-    let mut pid = PID.load(Ordering::Relaxed);
-    if pid == 0 {
-        static AT_FORK: std::sync::Once = std::sync::Once::new();
-        AT_FORK.call_once(|| {
-            // SAFETY: forget_pid is async-signal-safe (one atomic store) and
-            // lives as long as the program.
-            unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
-        });
-        // SAFETY: getpid has no preconditions.
-        pid = unsafe { libc::getpid() } as u32;
-        PID.store(pid, Ordering::Relaxed);
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
     }
-    IDS.try_with(|ids| {
-        let (cached_pid, tid) = ids.get();
-        if cached_pid == pid && tid != 0 {
-            return (pid, tid);
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: forget_pid is async-signal-safe (one atomic store) and
+        // lives as long as the program.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid)) };
+    });
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+fn ask_tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn ask_uid() -> u32 {
+    // SAFETY: getuid has no preconditions.
+    unsafe { libc::getuid() }
+}
+
+/// This thread's pid, tid and uid (the uid as of at most
+/// [`UID_REFRESH_NS`] before `now`) without a system call in the steady
+/// state: all are cached, and a fork (which copies the caches into a child
+/// with other ids) makes the child ask again.
+fn ids_at(now: i64) -> Ids {
+    let pid = pid();
+    IDS.try_with(|cell| {
+        let mut ids = cell.get();
+        let fresh_uid =
+            now.wrapping_sub(ids.uid_asked_ns) < UID_REFRESH_NS && now >= ids.uid_asked_ns;
+        if ids.pid == pid && ids.tid != 0 && fresh_uid {
+            return ids;
         }
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
-        ids.set((pid, tid));
-        (pid, tid)
+        if ids.pid != pid || ids.tid == 0 {
+            ids.pid = pid;
+            ids.tid = ask_tid();
+        }
+        if !fresh_uid {
+            ids.uid = ask_uid();
+            ids.uid_asked_ns = now;
+        }
+        cell.set(ids);
+        ids
     })
     // A thread being torn down: ask directly.
-    // SAFETY: gettid has no preconditions.
-    .unwrap_or_else(|_| (pid, unsafe { libc::gettid() } as u32))
+    .unwrap_or_else(|_| Ids {
+        pid,
+        tid: ask_tid(),
+        uid: ask_uid(),
+        uid_asked_ns: now,
+    })
 }
 
 #[cfg(test)]
@@ -392,13 +418,16 @@ mod tests {
 
     #[test]
     fn ids_are_this_threads() {
-        let (pid, tid) = ids();
+        let now = crate::rings::now_ns();
+        let Ids { pid, tid, uid, .. } = ids_at(now);
+        // SAFETY: no preconditions.
+        assert_eq!(uid, unsafe { libc::getuid() });
         // SAFETY: no preconditions.
         assert_eq!(pid, unsafe { libc::getpid() } as u32);
         // SAFETY: no preconditions.
         assert_eq!(tid, unsafe { libc::gettid() } as u32);
-        let other = std::thread::spawn(ids).join().unwrap();
-        assert_eq!(other.0, pid);
-        assert_ne!(other.1, tid);
+        let other = std::thread::spawn(move || ids_at(now)).join().unwrap();
+        assert_eq!(other.pid, pid);
+        assert_ne!(other.tid, tid);
     }
 }
