@@ -261,15 +261,24 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
+        // Recorded before the extensions are locked, as in `on_new_span`:
+        // a value's `Debug` may emit an event inside this very span, which
+        // reads them (under the lock, that event would wait for it forever).
+        let mut recorded = Encoder::default();
+        values.record(&mut Visitor {
+            fields: &mut recorded,
+            message: None,
+            text: &mut String::new(),
+            once: true,
+        });
+        if recorded.is_empty() {
+            return;
+        }
+        self.span_has_fields(&recorded);
         let mut extensions = span.extensions_mut();
         if let Some(SpanFields(fields)) = extensions.get_mut::<SpanFields>() {
-            values.record(&mut Visitor {
-                fields,
-                message: None,
-                text: &mut String::new(),
-                once: true,
-            });
-            self.span_has_fields(fields);
+            // A key the span has already keeps its first value.
+            fields.extend_new(&recorded);
         }
     }
 
@@ -433,5 +442,49 @@ mod tests {
         });
         // No rings: each layer's event is dropped and counted.
         assert_eq!((pa.dropped(), pb.dropped()), (1, 1));
+    }
+
+    /// A value whose `Debug` emits an event of its own.
+    struct Chatty;
+
+    impl std::fmt::Debug for Chatty {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            tracing::info!(from = "debug", "formatting a field");
+            f.write_str("chatty")
+        }
+    }
+
+    /// A field recorded into a span after its creation, whose `Debug`
+    /// emits an event inside that span: the event reads the span's fields
+    /// while they are being recorded, which must not wait on the recording
+    /// (it did: `on_record` held the span's extensions locked).
+    #[test]
+    fn a_field_recorded_late_may_emit_inside_its_own_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = EventdLayer::builder()
+            .kmes_dir(dir.path().join("no-rings-here"))
+            .layer();
+        let producer = layer.producer().clone();
+        let (done, finished) = std::sync::mpsc::channel();
+        // On a thread of its own, so that a hang fails the test rather than
+        // stopping it.
+        std::thread::spawn(move || {
+            let subscriber = tracing_subscriber::registry().with(layer);
+            tracing::subscriber::with_default(subscriber, || {
+                // A field at creation, so events walk their spans' fields.
+                let span =
+                    tracing::info_span!("request", user = "ann", late = tracing::field::Empty);
+                let _inside = span.enter();
+                span.record("late", tracing::field::debug(Chatty));
+                tracing::info!("after");
+            });
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("recording a field whose Debug emits an event hung");
+        // The event from inside Debug and the one after (no rings: counted
+        // as dropped).
+        assert_eq!(producer.dropped(), 2);
     }
 }

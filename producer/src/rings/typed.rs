@@ -247,6 +247,17 @@ impl Encoder {
         self.buf.extend_from_slice(&other.buf);
     }
 
+    /// Appends the entries of `other` whose keys this one does not have
+    /// (a span recording fields again).
+    pub fn extend_new(&mut self, other: &Encoder) {
+        // `other`'s entries were written by an Encoder: each parses.
+        for field in entries(&other.buf).flatten() {
+            if !self.has_key(field.key) {
+                self.field(field.key, field.value);
+            }
+        }
+    }
+
     pub fn i64(&mut self, key: &str, value: i64) {
         self.field(key, Value::I64(value));
     }

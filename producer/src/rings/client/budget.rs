@@ -85,8 +85,7 @@ impl Producer {
             self.report_refused(refused, window_ms);
         }
         if !verdict.pass {
-            // Relaxed: a statistic.
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.add();
         }
         verdict.pass
     }

@@ -1,5 +1,6 @@
 //! [`ThreadCount`]: a statistic that every thread of a program adds to
-//! without a locked instruction and without sharing a cache line.
+//! without a locked instruction and without sharing a cache line (a
+//! producer's emitted and dropped events).
 //!
 //! A producer is shared by every thread of a program, and each of its
 //! emits counts itself. One atomic counter for all of them is one cache

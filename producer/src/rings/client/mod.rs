@@ -77,7 +77,9 @@ pub struct Producer {
     said: AtomicBool,
     /// Events written, counted per thread (see [`count`]).
     emitted: count::ThreadCount,
-    dropped: AtomicU64,
+    /// Events not written, counted per thread too: a flood refused by the
+    /// budget on many threads does not pass one line between their CPUs.
+    dropped: count::ThreadCount,
     /// This provider's budget in this process (the daemon's limit unless
     /// fixed by `EVENTD_RATE_LIMIT` or [`Producer::with_budget`]).
     budget: budget::Budget,
@@ -96,7 +98,7 @@ impl Producer {
             retry_at_ms: AtomicU64::new(0),
             said: AtomicBool::new(false),
             emitted: count::ThreadCount::new(),
-            dropped: AtomicU64::new(0),
+            dropped: count::ThreadCount::new(),
             budget: budget::Budget::from_env(),
         }
     }
@@ -143,8 +145,7 @@ impl Producer {
 
     /// Events not written, for any [`Dropped`] reason.
     pub fn dropped(&self) -> u64 {
-        // Relaxed: a statistic.
-        self.dropped.load(Ordering::Relaxed)
+        self.dropped.total()
     }
 
     /// Writes one event. `name` is cut to 255 bytes; `fields` is a JSON
@@ -221,10 +222,7 @@ impl Producer {
         };
         match result {
             Ok(_) => self.emitted.add(),
-            Err(_) => {
-                // Relaxed: a statistic.
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+            Err(_) => self.dropped.add(),
         }
         result.map(drop)
     }

@@ -373,3 +373,24 @@ fn short_copies_of_every_length_copy_exactly_those_bytes() {
         assert!(dst[8 + n..].iter().all(|&b| b == 0xEE), "{n}: after");
     }
 }
+
+#[test]
+fn extend_new_adds_only_keys_not_there_yet() {
+    let mut span = Encoder::default();
+    span.u64("user", 1);
+    span.str("where", "here");
+    let mut recorded = Encoder::default();
+    recorded.u64("user", 2);
+    recorded.bool("late", true);
+    recorded.str("where", "there");
+    span.extend_new(&recorded);
+    let got: Vec<Field<'_>> = entries(&span.buf).map(Result::unwrap).collect();
+    assert_eq!(
+        got,
+        [
+            Field::new("user", Value::U64(1)),
+            Field::new("where", Value::Str("here")),
+            Field::new("late", Value::Bool(true)),
+        ]
+    );
+}
