@@ -1222,8 +1222,10 @@ fn a_full_store_disk_does_not_hold_syslog_senders() {
 }
 
 /// Two producers flood the CPU rings until they lap; syslog messages sent
-/// meanwhile are all stored, each once: they go into eventd's own ring,
-/// which no producer can write into.
+/// meanwhile are stored, each once: they go into eventd's own ring, which
+/// no producer can write into. None is overwritten: every one is stored or
+/// (only if that ring stayed full past the receiver's wait, on a very
+/// loaded machine) counted in a `dropped` gap.
 #[test]
 fn syslog_messages_cannot_be_overwritten_by_other_producers() {
     let dir = tempfile::tempdir().unwrap();
@@ -1269,10 +1271,16 @@ fn syslog_messages_cannot_be_overwritten_by_other_producers() {
     for out in &floods {
         assert_eq!(out.status.signal(), None, "{out:?}");
     }
+    let dropped = || {
+        sum_query(
+            &store,
+            "SELECT coalesce(sum(lost), 0) FROM gaps WHERE reason = 'dropped'",
+        ) as usize
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut kept = loop {
         let kept = messages_of(&store, "floodsys");
-        if kept.len() >= SYSLOG || Instant::now() > deadline {
+        if kept.len() + dropped() >= SYSLOG || Instant::now() > deadline {
             break kept;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -1281,16 +1289,28 @@ fn syslog_messages_cannot_be_overwritten_by_other_producers() {
     let s = stats(&data);
     eventd.stop();
     let found = check_sequences(&store);
+    let dropped = dropped();
     kept.sort();
+    let stored = kept.len();
+    kept.dedup();
+    assert_eq!(kept.len(), stored, "a syslog message stored twice");
+    assert!(
+        kept.iter().all(|k| sent.binary_search(k).is_ok()),
+        "a stored syslog message that was not sent"
+    );
     assert_eq!(
-        kept.len(),
+        stored + dropped,
         SYSLOG,
-        "stored {} of {SYSLOG} syslog messages; gaps {:?}; syslog stats {}",
-        kept.len(),
+        "stored {stored} and counted {dropped} dropped of {SYSLOG} syslog messages: the rest \
+         were lost uncounted; gaps {:?}; syslog stats {}",
         found.gaps,
         s["syslog"]
     );
-    assert_eq!(kept, sent, "every syslog message exactly once");
+    assert!(
+        stored > 0,
+        "no syslog message stored; syslog stats {}",
+        s["syslog"]
+    );
     assert!(
         found.lost("overwritten") > 0,
         "the flood did not lap the CPU rings: {found:?}"
@@ -1304,9 +1324,9 @@ fn syslog_messages_cannot_be_overwritten_by_other_producers() {
         })
         .sum();
     eprintln!(
-        "syslog: {SYSLOG} sent in {sending_took:?}, all stored; flood: {} lines, {flooded} \
-         stored, {} overwritten, in {flood_took:?} ({flooding_still} still flooding when the \
-         last syslog message was sent); ring waits {}",
+        "syslog: {SYSLOG} sent in {sending_took:?}, {stored} stored, {dropped} dropped; flood: \
+         {} lines, {flooded} stored, {} overwritten, in {flood_took:?} ({flooding_still} still \
+         flooding when the last syslog message was sent); ring waits {}",
         2 * FLOOD,
         found.lost("overwritten"),
         s["syslog"]["ring_waits"]
