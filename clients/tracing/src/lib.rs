@@ -243,13 +243,7 @@ where
         }
         // Recorded before the extensions are locked: a value's `Debug`
         // may emit an event, which reads them.
-        let mut fields = Encoder::default();
-        attrs.record(&mut Visitor {
-            fields: &mut fields,
-            message: None,
-            text: &mut String::new(),
-            once: true,
-        });
+        let fields = span_fields(|v| attrs.record(v));
         self.span_has_fields(&fields);
         let mut extensions = span.extensions_mut();
         if extensions.get_mut::<SpanFields>().is_none() {
@@ -264,13 +258,7 @@ where
         // Recorded before the extensions are locked, as in `on_new_span`:
         // a value's `Debug` may emit an event inside this very span, which
         // reads them (under the lock, that event would wait for it forever).
-        let mut recorded = Encoder::default();
-        values.record(&mut Visitor {
-            fields: &mut recorded,
-            message: None,
-            text: &mut String::new(),
-            once: true,
-        });
+        let recorded = span_fields(|v| values.record(v));
         if recorded.is_empty() {
             return;
         }
@@ -312,6 +300,19 @@ where
             );
         });
     }
+}
+
+/// A span's fields as `record` visits them (at its creation, or recorded
+/// later), encoded on their own: each key once, no message.
+fn span_fields(record: impl FnOnce(&mut Visitor<'_>)) -> Encoder {
+    let mut fields = Encoder::default();
+    record(&mut Visitor {
+        fields: &mut fields,
+        message: None,
+        text: &mut String::new(),
+        once: true,
+    });
+    fields
 }
 
 /// Encodes a tracing event's or span's fields, typed; the `message` field
