@@ -381,6 +381,42 @@ fn a_slow_producer_between_a_dead_one_and_the_next_record_gets_its_time() {
     assert_eq!(ledger.lost["abandoned"], 1);
 }
 
+/// A page's count only grows. A reserve word rolled back to a lower count
+/// under a reader that has seen the higher one (a scribble: no producer
+/// lowers it) stops the reader with a scribble once it has read what it
+/// knew was there, rather than holding it at the lower count while new
+/// records pass over the ones it has not read.
+#[test]
+fn a_page_count_rolled_back_under_the_reader_is_a_scribble() {
+    use eventd::rings::format::{Reserve, H_RESERVE};
+    let dir = tempfile::tempdir().unwrap();
+    let ring = ring(dir.path(), 4096, 8);
+    for i in 0..3 {
+        ring.emit(&event(&format!("a:{i}"))).unwrap();
+    }
+    let mut reader = RingReader::new(ring.clone());
+    assert!(matches!(
+        reader.poll(),
+        Some(RingItem::Event { seq: 1, .. })
+    ));
+    let file = RingFile::open(&ring);
+    let w = Reserve::unpack(file.word(H_RESERVE));
+    assert_eq!(w.count, 3);
+    file.set(H_RESERVE, Reserve { count: 1, ..w }.pack());
+    let mut seqs = vec![1];
+    while let Some(item) = reader.poll() {
+        match item {
+            RingItem::Event { seq, .. } => seqs.push(seq),
+            RingItem::Gap(g) => panic!("{g:?}"),
+        }
+    }
+    assert_eq!(seqs, [1, 2, 3]);
+    let scribble = reader
+        .scribble()
+        .expect("the rolled-back count is not reported");
+    assert!(scribble.what.contains("fewer records"), "{scribble:?}");
+}
+
 /// A word inside a dead, unstamped record that looks like the next
 /// record's state word (as a stale record's pid/tid word can) is passed
 /// over: the reader finds the real next record by its checksum.
