@@ -113,6 +113,10 @@ enum Scenario {
     Limits(limitsbench::Args),
     /// Baseline and every sweep, then the pragmas.
     All(scenarios::SweepArgs),
+    /// Internal: one Rust client path's emit loop as a program of its own
+    /// (`clients` counts its instructions under callgrind).
+    #[command(hide = true)]
+    EmitLoop(clients::EmitLoopArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -149,6 +153,10 @@ fn main() -> anyhow::Result<()> {
         Scenario::Fields(a) => fields::main(&a)?,
         Scenario::HostSources(a) => hostbench::main(&a)?,
         Scenario::Limits(a) => limitsbench::main(&a)?,
+        Scenario::EmitLoop(a) => {
+            clients::emit_loop(&a)?;
+            return Ok(());
+        }
     };
     println!("{line}");
     Ok(())

@@ -181,6 +181,14 @@ impl Lttng {
         Ok(Lttng { session, exe })
     }
 
+    /// The tracepoint program recording `n` events (and its untimed
+    /// quarter) under valgrind with `options`, in this session.
+    pub(super) fn under_valgrind(&self, options: &[&str], n: u64) -> Command {
+        let mut cmd = self.session.command("valgrind");
+        cmd.args(options).arg(&self.exe).arg(n.to_string());
+        cmd
+    }
+
     /// One run of `n` recorded tracepoints.
     pub(super) fn run(&self, n: u64) -> anyhow::Result<Cost> {
         let out = run_cmd(self.session.command(&self.exe).arg(n.to_string()))?;

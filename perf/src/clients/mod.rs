@@ -38,10 +38,16 @@
 //! loaded moments move less than the figures themselves.
 //!
 //! Each run starts with eventd idle (see `Daemon::settle`).
+//!
+//! Where valgrind is installed, the raw emit, the layer, tracing's floor,
+//! `eventd_emit_kv`, `eventd_emit_fields` and LTTng's tracepoint are also
+//! counted in instructions per event (see [`instructions`]): the figure
+//! this machine's load does not move, and the per-event goals read in it.
 
 mod c;
 mod cost;
 mod daemon;
+mod instructions;
 mod lttng;
 mod python;
 mod rust;
@@ -49,6 +55,8 @@ mod rust;
 use c::{c_bench, libeventd};
 use cost::{median, median_of, ratio_median, Cost, RUNS};
 use daemon::Daemon;
+use instructions::valgrind_installed;
+pub(crate) use instructions::{emit_loop, EmitLoopArgs};
 use lttng::{lttng_installed, Lttng, LTTNG_PACKAGES};
 use python::{python_bench, python_with_package};
 use rust::{
@@ -104,6 +112,17 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         None
     };
     let rounds = native_rounds(&daemon, lttng_session.as_ref(), n)?;
+    let lib = libeventd()?;
+    let counts = if valgrind_installed() {
+        Some(instructions::count(
+            &dir,
+            &lib,
+            &daemon,
+            lttng_session.as_ref(),
+        )?)
+    } else {
+        None
+    };
     drop(lttng_session);
     let [raw, layer, layer_floor, syslog, tracing_syslog, producer, producer_shared, budget, budget_shared] =
         Native::EVERY_RUN.map(|p| rounds.median(p));
@@ -114,7 +133,6 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         daemon.settle();
         rust_fmt_file(&dir, n)
     })?;
-    let lib = libeventd()?;
     let c = c_bench(&dir, &lib, &daemon, n)?;
     let python = native.clone().unwrap_or_else(|| PathBuf::from("python3"));
     let py = python_bench(&python, &lib, &daemon, n_py)?;
@@ -422,6 +440,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
     ] {
         println!("  {what:<54} {:>9.2}x", cheaper(c.syslog, path));
     }
+    instructions::print(counts.as_ref());
 
     let mut last = format!(
         "clients cpu_ns raw={:.1} layer={:.1} fmt_file={:.1} syslog={:.1} c={:.1} c_kv={:.1} \
