@@ -3,7 +3,7 @@
  * fields, not formatted) against a syslog(3)-style send, the same event
  * every way, from one thread.
  *
- *   bench KMES_DIR SYSLOG_SOCKET EVENTS
+ *   bench KMES_DIR SYSLOG_SOCKET EVENTS [BUSY_MS]
  *
  * The syslog path does what glibc's syslog(3) does for each message (the
  * time formatted with localtime_r and strftime, "<PRI>TIMESTAMP TAG[PID]:
@@ -19,7 +19,10 @@
  * alone too, so the library's share and the caller's can be told apart.
  *
  * Every loop times EVENTS events, after EVENTS / 4 untimed ones at the
- * start (the rings opened, mapped and their pages touched once).
+ * start (the rings opened, mapped and their pages touched once). Before
+ * anything, the program spins on the clock for BUSY_MS milliseconds (0 if
+ * not given): a CPU just back from idle runs slow for a while on the VM
+ * the harness runs on, and eventd-perf gives every path the same start.
  *
  * Prints "NAME WALL CPU" lines (ns per event; CPU is this thread's own)
  * for eventd_emit, eventd_emit_kv, eventd_emit_kv_snprintf, snprintf,
@@ -41,14 +44,22 @@ static double clock_ns(clockid_t id) {
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 #define now() clock_ns(CLOCK_MONOTONIC)
+
+/* Spins on the clock for `ms` milliseconds. */
+static void busy_ms(long ms) {
+    double until = clock_ns(CLOCK_MONOTONIC) + (double)ms * 1e6;
+    while (clock_ns(CLOCK_MONOTONIC) < until)
+        ;
+}
 #define cpu() clock_ns(CLOCK_THREAD_CPUTIME_ID)
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s KMES_DIR SYSLOG_SOCKET EVENTS\n", argv[0]);
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: %s KMES_DIR SYSLOG_SOCKET EVENTS [BUSY_MS]\n", argv[0]);
         return 2;
     }
     long n = atol(argv[3]);
+    busy_ms(argc == 5 ? atol(argv[4]) : 0);
     eventd_t *ev;
     if (eventd_open(argv[1], "c-bench", &ev) != EVENTD_OK)
         return 1;

@@ -2,11 +2,12 @@
 logging.handlers.SysLogHandler to eventd's own socket, the same record (a
 message with three fields: an int, a float and a bool) every time.
 
-    python3 bench.py KMES_DIR SYSLOG_SOCKET RECORDS
+    python3 bench.py KMES_DIR SYSLOG_SOCKET RECORDS [BUSY_MS]
 
 Prints one "NAME WALL CPU" line per path (nanoseconds per record over
 RECORDS records, after RECORDS // 4 untimed ones through the same path;
-CPU is this thread's own):
+CPU is this thread's own; first the program spins on the clock for BUSY_MS
+milliseconds, 0 if not given, as bench.c does):
 
 - ctypes_handler: logging + eventd_logging.EventdHandler (ctypes over
   libeventd, $EVENTD_LIB), the three fields as extra=
@@ -28,6 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../
 import eventd_logging  # noqa: E402
 
 kmes, sock, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+busy_until = time.monotonic() + (int(sys.argv[4]) if len(sys.argv) > 4 else 0) / 1000
+while time.monotonic() < busy_until:
+    pass
 
 
 def clock():

@@ -2,13 +2,14 @@
  * tracepoint carrying the same event (a u64, a double, a flag and the
  * message "order taken"), from one thread.
  *
- *   lttng_bench EVENTS
+ *   lttng_bench EVENTS [BUSY_MS]
  *
  * Run it inside a recording session that has the eventd_bench:order event
  * enabled (eventd-perf starts a private lttng-sessiond for that); outside
  * one a tracepoint is one untaken branch. Like bench.c it times EVENTS
  * events after EVENTS / 4 untimed ones, and prints "lttng WALL CPU" (ns
- * per event; CPU is this thread's own). */
+ * per event; CPU is this thread's own). Before the untimed events it spins
+ * on the clock for BUSY_MS milliseconds (0 if not given), as bench.c does. */
 #define _GNU_SOURCE
 #define LTTNG_UST_TRACEPOINT_DEFINE
 #define LTTNG_UST_TRACEPOINT_CREATE_PROBES
@@ -25,8 +26,8 @@ static double clock_ns(clockid_t id) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s EVENTS\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s EVENTS [BUSY_MS]\n", argv[0]);
         return 2;
     }
     long n = atol(argv[1]);
@@ -34,6 +35,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "lttng_bench: eventd_bench:order is not enabled in a session\n");
         return 1;
     }
+    double until = clock_ns(CLOCK_MONOTONIC) + (argc == 3 ? (double)atol(argv[2]) * 1e6 : 0.0);
+    while (clock_ns(CLOCK_MONOTONIC) < until)
+        ;
     for (long i = 0; i < n / 4; i++)
         lttng_ust_tracepoint(eventd_bench, order, (uint64_t)i, (double)i * 0.5, (int)(i % 2),
                              "order taken");

@@ -1,6 +1,6 @@
 //! The C paths (perf/clients/bench.c against libeventd).
 
-use super::cost::{medians, Cost};
+use super::cost::{medians, Cost, BUSY_BEFORE_MS};
 use super::daemon::Daemon;
 use anyhow::{bail, Context};
 use std::ffi::{OsStr, OsString};
@@ -88,7 +88,8 @@ pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyho
             Command::new(&exe)
                 .arg(daemon.kmes())
                 .arg(daemon.syslog_socket())
-                .arg(n.to_string()),
+                .arg(n.to_string())
+                .arg(BUSY_BEFORE_MS.to_string()),
         )
     })?;
     let each = |i: usize| got[i].with_context(|| format!("no {} from {}", names[i], exe.display()));

@@ -63,6 +63,26 @@ pub(super) fn ratio_median(a: &[Cost], b: &[Cost]) -> f64 {
     runner::median(&ratios)
 }
 
+/// How long each run keeps its CPU busy, emitting nothing, before its
+/// untimed events: [`busy_before`]. The C, LTTng and Python bench programs
+/// are given the same (their BUSY_MS argument).
+pub(super) const BUSY_BEFORE_MS: u64 = 200;
+
+/// Spins on the clock for [`BUSY_BEFORE_MS`]. On this machine (a VM) a
+/// CPU back from being idle runs slow for a while: the harness lets eventd
+/// settle before every run, so every run would start on an idle CPU, and
+/// a loop of adds with no memory, no system call and nothing of eventd's
+/// took 1.3-1.8 times as long right after a 0.8 s pause as after 0.2 s of
+/// spinning (perf/runs/notebook.md, 2026-12-07). A program that emits
+/// hundreds of thousands of events is busy, not waking: each run, of
+/// every path alike, starts busy.
+pub(super) fn busy_before() {
+    let start = Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(BUSY_BEFORE_MS) {
+        std::hint::spin_loop();
+    }
+}
+
 /// Events each run emits before its clock starts: a quarter of the timed
 /// ones. A program opens and maps the rings once (and touches each of
 /// their pages once) however many events it emits: the figures are what

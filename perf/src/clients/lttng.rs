@@ -13,7 +13,7 @@
 //! overwrite mode, a consumer daemon writing the trace to disk.
 
 use super::c::build_c_bench;
-use super::cost::{cost, Cost};
+use super::cost::{cost, Cost, BUSY_BEFORE_MS};
 use crate::syslog::{run_cmd, sigterm};
 use anyhow::{bail, Context};
 use std::os::unix::fs::PermissionsExt;
@@ -191,7 +191,12 @@ impl Lttng {
 
     /// One run of `n` recorded tracepoints.
     pub(super) fn run(&self, n: u64) -> anyhow::Result<Cost> {
-        let out = run_cmd(self.session.command(&self.exe).arg(n.to_string()))?;
+        let out = run_cmd(
+            self.session
+                .command(&self.exe)
+                .arg(n.to_string())
+                .arg(BUSY_BEFORE_MS.to_string()),
+        )?;
         cost(&out, "lttng")
     }
 }

@@ -37,7 +37,9 @@
 //! ratios to each other within a round, which this shared machine's
 //! loaded moments move less than the figures themselves.
 //!
-//! Each run starts with eventd idle (see `Daemon::settle`).
+//! Each run starts with eventd idle (see `Daemon::settle`) and on a CPU
+//! that has been busy for a while, not one waking from idle (see
+//! [`cost::busy_before`]), whatever the path and its language.
 //!
 //! Where valgrind is installed, the raw emit, the layer, tracing's floor,
 //! `eventd_emit_kv`, `eventd_emit_fields` and LTTng's tracepoint are also
@@ -53,7 +55,7 @@ mod python;
 mod rust;
 
 use c::{c_bench, libeventd};
-use cost::{median, median_of, ratio_median, Cost, RUNS};
+use cost::{busy_before, median, median_of, ratio_median, Cost, BUSY_BEFORE_MS, RUNS};
 use daemon::Daemon;
 use instructions::valgrind_installed;
 pub(crate) use instructions::{emit_loop, EmitLoopArgs};
@@ -131,6 +133,7 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
         .then(|| rounds.median(Native::Lttng));
     let fmt = median(|| {
         daemon.settle();
+        busy_before();
         rust_fmt_file(&dir, n)
     })?;
     let c = c_bench(&dir, &lib, &daemon, n)?;
@@ -140,7 +143,8 @@ pub(crate) fn run(eventd: &Path, work: &Path, messages: u64) -> anyhow::Result<S
 
     println!(
         "per event, median of {RUNS} runs, one thread ({n} events; Python {n_py}); CPU: the \
-         emitting thread's own CPU time, wall: elapsed (eventd shares the CPUs)"
+         emitting thread's own CPU time, wall: elapsed (eventd shares the CPUs); each run \
+         starts on a CPU kept busy {BUSY_BEFORE_MS} ms"
     );
     println!(
         "{:<56} {:>9} {:>9}  {:<30} {:>8}",
@@ -556,6 +560,18 @@ fn native_rounds(daemon: &Daemon, lttng: Option<&Lttng>, n: u64) -> anyhow::Resu
     use crate::runner;
     let runs = runner::interleave(&paths, RUNS, runner::Order::Alternate, |_, path| {
         daemon.settle();
+        // In this thread: the paths that run in it. The producer's threads
+        // and LTTng's program are busy before their own clocks.
+        if !matches!(
+            path,
+            Native::Producer
+                | Native::ProducerShared
+                | Native::ProducerBudget
+                | Native::ProducerBudgetShared
+                | Native::Lttng
+        ) {
+            busy_before();
+        }
         match (path, lttng) {
             (Native::Raw, _) => rust_raw(&kmes, n),
             (Native::Layer, _) => rust_layer(&kmes, n),

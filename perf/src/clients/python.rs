@@ -1,7 +1,7 @@
 //! The Python paths (perf/clients/bench.py), with the native package
 //! installed into a venv the way a user installs it.
 
-use super::cost::{medians, Cost};
+use super::cost::{medians, Cost, BUSY_BEFORE_MS};
 use super::daemon::Daemon;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -139,6 +139,7 @@ pub(super) fn python_bench(
                 .arg(daemon.kmes())
                 .arg(daemon.syslog_socket())
                 .arg(n.to_string())
+                .arg(BUSY_BEFORE_MS.to_string())
                 .env("EVENTD_LIB", lib.join("libeventd.so")),
         )
     })?;

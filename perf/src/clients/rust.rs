@@ -2,7 +2,7 @@
 //! through the fmt layer to a file and through the fmt layer to syslog, and
 //! a syslog datagram alone.
 
-use super::cost::{per_event, start, warm, Cost};
+use super::cost::{busy_before, per_event, start, warm, Cost};
 use eventd::rings::client::Producer;
 use eventd::rings::{Emitter, Event, Field, Level, Value};
 use std::os::unix::net::UnixDatagram;
@@ -71,6 +71,7 @@ pub(super) fn rust_producer_threads(
                     if let Some(cpu) = cpu {
                         pin_to(cpu);
                     }
+                    busy_before();
                     let emit = |i: u64| {
                         let fields = fields(i);
                         let _ = producer.emit_items(Level::Info, "bench", "order taken", &fields);
