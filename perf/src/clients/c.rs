@@ -61,19 +61,26 @@ pub(super) fn build_c_bench(
     .map(drop)
 }
 
-pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
-    let exe = work.join("clients-bench");
+/// Builds the C program `source` (a path in the repository) into `exe`
+/// against libeventd in `lib`: `eventd.h` from clients/c/include, the
+/// library found at run time through the rpath.
+pub(super) fn build_with_libeventd(source: &str, exe: &Path, lib: &Path) -> anyhow::Result<()> {
     build_c_bench(
-        "perf/clients/bench.c",
+        source,
         "clients/c/include",
-        &exe,
+        exe,
         [
             OsString::from("-L"),
             lib.into(),
             format!("-Wl,-rpath,{}", lib.display()).into(),
             "-leventd".into(),
         ],
-    )?;
+    )
+}
+
+pub(super) fn c_bench(work: &Path, lib: &Path, daemon: &Daemon, n: u64) -> anyhow::Result<CCosts> {
+    let exe = work.join("clients-bench");
+    build_with_libeventd("perf/clients/bench.c", &exe, lib)?;
     let names = [
         "eventd_emit",
         "eventd_emit_kv",

@@ -13,12 +13,11 @@
 //! vDSO from the program) on every side alike, and the kernel's part of
 //! that call, like any other, is not counted.
 
-use super::c::build_c_bench;
+use super::c::build_with_libeventd;
 use super::cost::warm;
 use super::daemon::Daemon;
 use super::lttng::Lttng;
 use anyhow::{bail, Context};
-use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -142,40 +141,24 @@ pub(super) fn count(
         per_event(
             |n| {
                 daemon.settle();
-                let mut cmd = Command::new("valgrind");
-                cmd.args(CALLGRIND)
-                    .arg(&this)
-                    .args(["emit-loop", "--path", path, "--kmes"])
-                    .arg(&kmes)
-                    .args(["--events", &n.to_string()]);
-                counted(&mut cmd)
+                counted(
+                    callgrind(&this)
+                        .args(["emit-loop", "--path", path, "--kmes"])
+                        .arg(&kmes)
+                        .args(["--events", &n.to_string()]),
+                )
             },
             |n| n + warm(n),
         )
         .with_context(|| format!("counting the Rust {path} path"))
     };
     let exe = work.join("clients-count");
-    build_c_bench(
-        "perf/clients/count.c",
-        "clients/c/include",
-        &exe,
-        [
-            OsString::from("-L"),
-            lib.into(),
-            format!("-Wl,-rpath,{}", lib.display()).into(),
-            "-leventd".into(),
-        ],
-    )?;
+    build_with_libeventd("perf/clients/count.c", &exe, lib)?;
     let c = |path: &str| {
         per_event(
             |n| {
                 daemon.settle();
-                let mut cmd = Command::new("valgrind");
-                cmd.args(CALLGRIND)
-                    .arg(&exe)
-                    .arg(&kmes)
-                    .args([path, &n.to_string()]);
-                counted(&mut cmd)
+                counted(callgrind(&exe).arg(&kmes).args([path, &n.to_string()]))
             },
             |n| n,
         )
@@ -202,6 +185,13 @@ pub(super) fn count(
         c_fields: c("fields")?,
         lttng,
     })
+}
+
+/// `program` under callgrind (its arguments to follow).
+fn callgrind(program: &Path) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.args(CALLGRIND).arg(program);
+    cmd
 }
 
 /// One event's instructions: `run(n)` counts a program that emits
