@@ -44,14 +44,14 @@ static double clock_ns(clockid_t id) {
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 #define now() clock_ns(CLOCK_MONOTONIC)
+#define cpu() clock_ns(CLOCK_THREAD_CPUTIME_ID)
 
 /* Spins on the clock for `ms` milliseconds. */
 static void busy_ms(long ms) {
-    double until = clock_ns(CLOCK_MONOTONIC) + (double)ms * 1e6;
-    while (clock_ns(CLOCK_MONOTONIC) < until)
+    double until = now() + (double)ms * 1e6;
+    while (now() < until)
         ;
 }
-#define cpu() clock_ns(CLOCK_THREAD_CPUTIME_ID)
 
 int main(int argc, char **argv) {
     if (argc != 4 && argc != 5) {
