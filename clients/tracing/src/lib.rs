@@ -13,12 +13,12 @@
 //! ```
 //!
 //! Each event is one record in the ring of the CPU the thread runs on,
-//! its fields written typed (binary, no number formatting): 155–165
+//! its fields written typed (binary, no number formatting): 138–156
 //! nanoseconds of the emitting thread's CPU for `tracing::info!` with three
-//! fields on the machine of docs/performance.md in ordinary minutes, 250 in
-//! loaded ones (1.1–1.4 times an LTTng-UST tracepoint in the same run), no
-//! system call, no lock, never a wait for eventd. What goes where
-//! (docs/guide/emitting.md):
+//! fields on the machine of docs/performance.md ("Clients"), 1.03–1.20
+//! times an LTTng-UST tracepoint in the same run and 1.33 times its
+//! instructions; no system call, no lock, never a wait for eventd. What
+//! goes where (docs/guide/emitting.md):
 //!
 //! | eventd column | from `tracing` | from `log` |
 //! |---|---|---|
