@@ -84,6 +84,22 @@ os.waitpid(pid, 0)
 handler.close()
 log.error("after close")
 print("closed: emitted", handler.emitted, "dropped", handler.dropped)
+
+# A record's level is logging's, whatever its number: a custom TRACE of 5
+# is debug, not syslog's notice. The ring directory may be a path object.
+import pathlib
+low = logging.getLogger("shop.low")
+low.setLevel(1)
+low.propagate = False
+low.addHandler(eventd.Handler(provider="py-levels",
+                              kmes_dir=pathlib.Path(os.environ["EVENTD_KMES_DIR"])))
+for n in (1, 5, 9, 15, 25, 35, 45, 55):
+    low.log(n, "level %d", n)
+try:
+    raise KeyError("k")
+except KeyError:
+    # The traceback takes the place of an extra of the same name.
+    low.log(5, "traced", exc_info=True, extra={"exception": "mine", "n": 1})
 "#;
 
 fn rows(data: &Path, provider: &str) -> Vec<Value> {
@@ -178,5 +194,28 @@ fn pip_installed_package_emits_typed_fields() {
         .unwrap();
     assert_eq!(child["fields"], json!({"child": true}));
     assert_ne!(child["pid"], late["pid"], "the child's own pid");
+    wait_for_events(&data, 17);
+    let levels = rows(&data, "py-levels");
+    let level_of = |message: &str| {
+        let row = levels.iter().find(|r| r["message"] == message);
+        row.unwrap_or_else(|| panic!("{message}: {levels:?}"))["level"].clone()
+    };
+    for (levelno, severity) in [
+        (1, 7),
+        (5, 7),
+        (9, 7),
+        (15, 7),
+        (25, 6),
+        (35, 4),
+        (45, 3),
+        (55, 2),
+    ] {
+        assert_eq!(level_of(&format!("level {levelno}")), severity, "{levelno}");
+    }
+    let traced = levels.iter().find(|r| r["message"] == "traced").unwrap();
+    assert_eq!(traced["level"], 7);
+    assert_eq!(traced["fields"]["n"], 1);
+    let trace = traced["fields"]["exception"].as_str().unwrap();
+    assert!(trace.contains("KeyError"), "{trace}");
     eventd.stop();
 }

@@ -9,21 +9,30 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyString};
 
-/// A syslog severity from `level`: 0..=7 as it is, larger numbers as
-/// `logging`'s levels (CRITICAL 50 → crit, ERROR 40 → err, WARNING 30 →
-/// warning, INFO 20 → info, lower → debug), negative ones as emerg.
+/// A syslog severity from `level`, as `eventd.emit` takes it: 0..=7 as it
+/// is (eventd.EMERG .. eventd.DEBUG), larger numbers as `logging`'s levels
+/// ([`logging_severity`]), negative ones as emerg.
 pub(crate) fn severity(level: i64) -> Level {
-    let syslog = match level {
-        i64::MIN..=-1 => 0,
-        0..=7 => level,
-        50.. => 2,
-        40..=49 => 3,
-        30..=39 => 4,
-        20..=29 => 6,
-        _ => 7,
-    };
-    // The match above gives 0..=7 only, every one a Level.
-    Level::from_u8(syslog as u8).unwrap_or(Level::Debug)
+    match level {
+        i64::MIN..=-1 => Level::Emerg,
+        // 0..=7 is every Level.
+        0..=7 => Level::from_u8(level as u8).unwrap_or(Level::Debug),
+        _ => logging_severity(level),
+    }
+}
+
+/// A syslog severity from a `logging` level (a record's `levelno`):
+/// CRITICAL (50) and above → crit, ERROR (40) → err, WARNING (30) →
+/// warning, INFO (20) → info, anything lower (DEBUG, a custom TRACE of 5,
+/// NOTSET) → debug. A record's level is never read as a syslog number.
+pub(crate) fn logging_severity(levelno: i64) -> Level {
+    match levelno {
+        50.. => Level::Crit,
+        40..=49 => Level::Err,
+        30..=39 => Level::Warning,
+        20..=29 => Level::Info,
+        _ => Level::Debug,
+    }
 }
 
 /// Writes the object `value` as the field `key`.

@@ -10,12 +10,13 @@ mod fields;
 
 use eventd_producer::rings::client::Producer as RingProducer;
 use eventd_producer::rings::Encoder;
-use fields::{field_of_ptr, severity, text_of};
+use fields::{field_of_ptr, logging_severity, severity, text_of};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use std::cell::RefCell;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -128,12 +129,13 @@ fn record_message<'py>(
 }
 
 /// Writes each attribute of a record (`attrs`, its `__dict__`) whose name
-/// is not in `standard` as a field.
+/// is not in `standard` as a field, but for one named `skip`.
 fn record_fields(
     py: Python<'_>,
     out: &mut Encoder,
     attrs: &Bound<'_, PyDict>,
     standard: &Bound<'_, PyAny>,
+    skip: Option<&str>,
 ) {
     let mut pos: ffi::Py_ssize_t = 0;
     let (mut key, mut value) = (std::ptr::null_mut(), std::ptr::null_mut());
@@ -157,13 +159,15 @@ fn record_fields(
                 Bound::from_borrowed_ptr(py, value),
             )
         };
-        // SAFETY: `value` is held for the call.
-        unsafe {
-            match key.downcast::<PyString>() {
-                Ok(k) => field_of_ptr(py, out, &text_of(k), value.as_ptr()),
-                Err(_) => field_of_ptr(py, out, &key.to_string(), value.as_ptr()),
-            }
+        let key = match key.downcast::<PyString>() {
+            Ok(k) => text_of(k),
+            Err(_) => key.to_string().into(),
+        };
+        if skip == Some(&*key) {
+            continue;
         }
+        // SAFETY: `value` is held for the call.
+        unsafe { field_of_ptr(py, out, &key, value.as_ptr()) }
     }
 }
 
@@ -209,9 +213,9 @@ fn program(py: Python<'_>) -> String {
 /// $EVENTD_DATA_DIR/kmes, else ./eventd-data/kmes).
 #[pyfunction]
 #[pyo3(signature = (provider = None, kmes_dir = None))]
-fn configure(py: Python<'_>, provider: Option<String>, kmes_dir: Option<String>) {
+fn configure(py: Python<'_>, provider: Option<String>, kmes_dir: Option<PathBuf>) {
     let provider = provider.unwrap_or_else(|| program(py));
-    let dir = kmes_dir.map_or_else(RingProducer::default_dir, Into::into);
+    let dir = kmes_dir.unwrap_or_else(RingProducer::default_dir);
     let mut slot = DEFAULT.write().unwrap_or_else(|e| e.into_inner());
     *slot = Some(Arc::new(RingProducer::new(dir, &provider)));
     // Release: see `emit_default`.
@@ -233,9 +237,9 @@ struct Producer(RingProducer);
 impl Producer {
     #[new]
     #[pyo3(signature = (provider = None, kmes_dir = None))]
-    fn new(py: Python<'_>, provider: Option<String>, kmes_dir: Option<String>) -> Producer {
+    fn new(py: Python<'_>, provider: Option<String>, kmes_dir: Option<PathBuf>) -> Producer {
         let provider = provider.unwrap_or_else(|| program(py));
-        let dir = kmes_dir.map_or_else(RingProducer::default_dir, Into::into);
+        let dir = kmes_dir.unwrap_or_else(RingProducer::default_dir);
         Producer(RingProducer::new(dir, &provider))
     }
 
@@ -259,16 +263,21 @@ impl Producer {
         )
     }
 
-    /// emit_record(record, standard) -> bool: a `logging.LogRecord` with
-    /// no exception: its level, logger name and message, and as fields
-    /// the attributes whose names are not in the set `standard` (those
-    /// `extra=` gave it), in the order they were set. Raises what the
-    /// record's getMessage() raises (a message that does not format).
+    /// emit_record(record, standard, exception=None) -> bool: a
+    /// `logging.LogRecord`: its level (as `logging`'s, see
+    /// [`logging_severity`]), logger name and message, and as fields the
+    /// attributes whose names are not in the set `standard` (those `extra=`
+    /// gave it), in the order they were set, then `exception` (the
+    /// formatted traceback) when given, in place of an attribute of that
+    /// name. Raises what the record's getMessage() raises (a message that
+    /// does not format).
+    #[pyo3(signature = (record, standard, exception = None))]
     fn emit_record(
         &self,
         py: Python<'_>,
         record: &Bound<'_, PyAny>,
         standard: &Bound<'_, PyAny>,
+        exception: Option<&Bound<'_, PyString>>,
     ) -> PyResult<bool> {
         let attrs = record.getattr(intern!(py, "__dict__"))?;
         let attrs = attrs.downcast::<PyDict>()?;
@@ -286,15 +295,24 @@ impl Producer {
                 // As in `emit_default`.
                 return self
                     .0
-                    .emit(severity(level), &text_of(&name), &text_of(&message), "")
+                    .emit(
+                        logging_severity(level),
+                        &text_of(&name),
+                        &text_of(&message),
+                        "",
+                    )
                     .is_ok();
             };
             let out = &mut local.fields;
             out.clear();
-            record_fields(py, out, attrs, standard);
+            let skip = exception.map(|_| "exception");
+            record_fields(py, out, attrs, standard, skip);
+            if let Some(trace) = exception {
+                out.str("exception", &text_of(trace));
+            }
             self.0
                 .emit_typed(
-                    severity(level),
+                    logging_severity(level),
                     &text_of(&name),
                     &text_of(&message),
                     &out.encoded(),

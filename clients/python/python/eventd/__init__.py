@@ -61,15 +61,12 @@ class Handler(logging.Handler):
             self._lost += 1
             return
         try:
-            if not record.exc_info:
-                # The common record: read in one native call.
-                producer.emit_record(record, _STANDARD)
-                return
-            d = record.__dict__
-            fields = {k: v for k, v in d.items() if k not in _STANDARD}
-            formatter = self.formatter or logging.Formatter()
-            fields["exception"] = formatter.formatException(record.exc_info)
-            producer.emit(record.levelno, record.name, record.getMessage(), fields)
+            trace = None
+            if record.exc_info:
+                formatter = self.formatter or logging.Formatter()
+                trace = formatter.formatException(record.exc_info)
+            # One native call reads the record.
+            producer.emit_record(record, _STANDARD, trace)
         except Exception:  # a record that cannot be formatted
             self._lost += 1
             self.handleError(record)
