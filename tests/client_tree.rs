@@ -1,7 +1,8 @@
 //! The client crates build without the daemon: `cargo tree` of the
-//! producer crate, `eventd-tracing` and libeventd (normal dependencies, as
-//! an application that uses them would build them) holds the producer and
-//! none of the daemon crate, SQLite, io-uring, an HTTP client or clap.
+//! producer crate, `eventd-tracing`, libeventd and the Python package's
+//! extension (normal dependencies, as an application that uses them would
+//! build them) holds the producer and none of the daemon crate, SQLite,
+//! io-uring, an HTTP client or clap.
 
 use std::process::Command;
 
@@ -74,4 +75,9 @@ fn tracing_client_builds_without_the_daemon() {
 #[test]
 fn c_library_builds_without_the_daemon() {
     assert_light("libeventd");
+}
+
+#[test]
+fn python_extension_builds_without_the_daemon() {
+    assert_light("eventd-python");
 }

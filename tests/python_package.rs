@@ -219,3 +219,44 @@ fn pip_installed_package_emits_typed_fields() {
     assert!(trace.contains("KeyError"), "{trace}");
     eventd.stop();
 }
+
+/// The Python snippet of docs/guide/emitting.md that uses the package,
+/// run as it stands in a venv that installed it: its two events stored.
+#[test]
+fn the_guides_python_snippet_runs() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(repo.join("docs/guide/emitting.md")).unwrap();
+    let snippet = page
+        .split("```python\n")
+        .skip(1)
+        .filter_map(|block| block.split("\n```").next())
+        .find(|block| block.contains("import eventd\n") || block.contains("import eventd "))
+        .expect("docs/guide/emitting.md has a snippet that imports eventd");
+    let dir = tempfile::tempdir().unwrap();
+    let python = venv_with_package(dir.path());
+    let data = dir.path().join("data");
+    let eventd = Eventd::start(&data, None);
+    let out = Command::new(&python)
+        .args(["-c", snippet])
+        .env("EVENTD_KMES_DIR", data.join("kmes"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{snippet}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_events(&data, 2);
+    let stored = rows(&data, "shop");
+    assert_eq!(stored.len(), 2, "{stored:?}");
+    let fields = json!({"order": 42, "amount": 63.0, "rush": true});
+    let taken = stored.iter().find(|r| r["message"] == "order taken");
+    let taken = taken.unwrap_or_else(|| panic!("{stored:?}"));
+    assert_eq!((&taken["level"], &taken["fields"]), (&json!(6), &fields));
+    let late = stored.iter().find(|r| r["message"] == "order 42 is late");
+    let late = late.unwrap_or_else(|| panic!("{stored:?}"));
+    assert_eq!(late["name"], "shop.orders");
+    assert_eq!((&late["level"], &late["fields"]), (&json!(4), &fields));
+    eventd.stop();
+}
