@@ -100,6 +100,10 @@ try:
 except KeyError:
     # The traceback takes the place of an extra of the same name.
     low.log(5, "traced", exc_info=True, extra={"exception": "mine", "n": 1})
+
+# Under `python -c` there is no script: the provider is "python", not "-c".
+eventd.configure()
+assert eventd.emit("no script")
 "#;
 
 fn rows(data: &Path, provider: &str) -> Vec<Value> {
@@ -194,7 +198,10 @@ fn pip_installed_package_emits_typed_fields() {
         .unwrap();
     assert_eq!(child["fields"], json!({"child": true}));
     assert_ne!(child["pid"], late["pid"], "the child's own pid");
-    wait_for_events(&data, 17);
+    wait_for_events(&data, 18);
+    let unnamed = rows(&data, "python");
+    assert_eq!(unnamed.len(), 1, "{unnamed:?}");
+    assert_eq!(unnamed[0]["message"], "no script");
     let levels = rows(&data, "py-levels");
     let level_of = |message: &str| {
         let row = levels.iter().find(|r| r["message"] == message);

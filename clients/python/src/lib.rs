@@ -196,7 +196,8 @@ fn emit_with(
     })
 }
 
-/// The script's name (`sys.argv[0]`'s file name), else "python".
+/// The script's name (`sys.argv[0]`'s file name), else "python" (an
+/// interactive session, `python -c`, whose argv[0] is "" or "-c").
 fn program(py: Python<'_>) -> String {
     py.import("sys")
         .and_then(|sys| sys.getattr("argv"))
@@ -204,7 +205,7 @@ fn program(py: Python<'_>) -> String {
         .and_then(|a| a.extract::<String>())
         .ok()
         .and_then(|a| a.rsplit('/').next().map(str::to_owned))
-        .filter(|a| !a.is_empty())
+        .filter(|a| !a.is_empty() && !a.starts_with('-'))
         .unwrap_or_else(|| "python".to_owned())
 }
 
