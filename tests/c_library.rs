@@ -210,3 +210,57 @@ fn version_from_the_installed_library() {
         .trim_matches('"');
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), version);
 }
+
+/// The example at the top of eventd.h, as a program's body, built against
+/// the installed header and library and run: both of its events stored,
+/// the JSON one and the typed one, with the same fields.
+#[test]
+fn the_headers_example_builds_and_runs() {
+    let header = std::fs::read_to_string(repo().join("clients/c/include/eventd.h")).unwrap();
+    let body: Vec<&str> = header
+        .lines()
+        .skip_while(|l| !l.starts_with(" *   "))
+        .take_while(|l| l.starts_with(" *   "))
+        .map(|l| &l[5..])
+        .collect();
+    assert!(
+        body.iter().any(|l| l.contains("eventd_open")),
+        "eventd.h's example: {body:?}"
+    );
+    let source = format!(
+        "#include <eventd.h>\nint main(void) {{\n{}\n    return 0;\n}}\n",
+        body.join("\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = installed(&dir.path().join("usr"));
+    let exe = build(&root, "header-example", &source);
+    let data = dir.path().join("data");
+    let eventd = Eventd::start(&data, None);
+    let out = Command::new(&exe)
+        .env("EVENTD_KMES_DIR", data.join("kmes"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{source}\n{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_events(&data, 2);
+    let rows = eventctl_text(
+        &data,
+        &["query", "--provider", "backup", "--output", "json"],
+    );
+    let rows: Vec<serde_json::Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v.get("seq").is_some())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["name"], "nightly");
+        assert_eq!(row["level"], 3);
+        assert_eq!(row["fields"], serde_json::json!({"tries": 3}));
+    }
+    eventd.stop();
+}
