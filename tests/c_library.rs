@@ -94,6 +94,37 @@ fn c_snippets(page: &str) -> Vec<String> {
     snippets
 }
 
+/// Runs `exe` (a program emitting as provider "backup", `what` in a
+/// failure's message) against a fresh eventd under `dir`, without a word on
+/// stderr; returns that eventd and, once `events` are stored, its
+/// "backup" rows, exactly `events` of them.
+fn run_backup(dir: &Path, exe: &Path, what: &str, events: u64) -> (Eventd, Vec<serde_json::Value>) {
+    let data = dir.join("data");
+    let eventd = Eventd::start(&data, None);
+    let out = Command::new(exe)
+        .env("EVENTD_KMES_DIR", data.join("kmes"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{what}: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for_events(&data, events);
+    let rows = eventctl_text(
+        &data,
+        &["query", "--provider", "backup", "--output", "json"],
+    );
+    let rows: Vec<serde_json::Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v.get("seq").is_some())
+        .collect();
+    assert_eq!(rows.len() as u64, events, "{rows:?}");
+    (eventd, rows)
+}
+
 #[test]
 fn docs_c_snippets_build_with_only_the_header_and_run() {
     let page = std::fs::read_to_string(repo().join("docs/guide/emitting.md")).unwrap();
@@ -106,29 +137,7 @@ fn docs_c_snippets_build_with_only_the_header_and_run() {
         let dir = tempfile::tempdir().unwrap();
         let root = installed(&dir.path().join("usr"));
         let exe = build(&root, &format!("snippet{i}"), snippet);
-        let data = dir.path().join("data");
-        let eventd = Eventd::start(&data, None);
-        let out = Command::new(&exe)
-            .env("EVENTD_KMES_DIR", data.join("kmes"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() && out.stderr.is_empty(),
-            "snippet {i}: {:?} {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        wait_for_events(&data, 3);
-        let rows = eventctl_text(
-            &data,
-            &["query", "--provider", "backup", "--output", "json"],
-        );
-        let rows: Vec<serde_json::Value> = rows
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .filter(|v: &serde_json::Value| v.get("seq").is_some())
-            .collect();
-        assert_eq!(rows.len(), 3, "{rows:?}");
+        let (eventd, rows) = run_backup(dir.path(), &exe, &format!("snippet {i}"), 3);
         let nightly = rows.iter().find(|r| r["name"] == "nightly").unwrap();
         assert_eq!(nightly["fields"]["tries"], serde_json::json!(3));
         assert_eq!(nightly["fields"]["target"], "s3");
@@ -234,29 +243,7 @@ fn the_headers_example_builds_and_runs() {
     let dir = tempfile::tempdir().unwrap();
     let root = installed(&dir.path().join("usr"));
     let exe = build(&root, "header-example", &source);
-    let data = dir.path().join("data");
-    let eventd = Eventd::start(&data, None);
-    let out = Command::new(&exe)
-        .env("EVENTD_KMES_DIR", data.join("kmes"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "{source}\n{:?} {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    wait_for_events(&data, 2);
-    let rows = eventctl_text(
-        &data,
-        &["query", "--provider", "backup", "--output", "json"],
-    );
-    let rows: Vec<serde_json::Value> = rows
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|v: &serde_json::Value| v.get("seq").is_some())
-        .collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (eventd, rows) = run_backup(dir.path(), &exe, &source, 2);
     for row in &rows {
         assert_eq!(row["name"], "nightly");
         assert_eq!(row["level"], 3);

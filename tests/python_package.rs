@@ -122,24 +122,34 @@ fn rows(data: &Path, provider: &str) -> Vec<Value> {
         .collect()
 }
 
-#[test]
-fn pip_installed_package_emits_typed_fields() {
+/// Runs `script` with `python -c` in a fresh venv that installed the
+/// package, against a fresh eventd (its data in the directory's `data`):
+/// the directory, that eventd and the script's stdout. The script must
+/// succeed.
+fn run_in_venv(script: &str) -> (tempfile::TempDir, Eventd, String) {
     let dir = tempfile::tempdir().unwrap();
     let python = venv_with_package(dir.path());
     let data = dir.path().join("data");
     let eventd = Eventd::start(&data, None);
     let out = Command::new(&python)
-        .args(["-c", SCRIPT])
+        .args(["-c", script])
         .env("EVENTD_KMES_DIR", data.join("kmes"))
         .current_dir(dir.path())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{script}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    (dir, eventd, stdout)
+}
+
+#[test]
+fn pip_installed_package_emits_typed_fields() {
+    let (dir, eventd, stdout) = run_in_venv(SCRIPT);
+    let data = dir.path().join("data");
     // The parent wrote three records; the one that does not format and
     // the one after close are dropped.
     assert!(stdout.contains("closed: emitted 3 dropped 2"), "{stdout}");
@@ -239,21 +249,8 @@ fn the_guides_python_snippet_runs() {
         .filter_map(|block| block.split("\n```").next())
         .find(|block| block.contains("import eventd\n") || block.contains("import eventd "))
         .expect("docs/guide/emitting.md has a snippet that imports eventd");
-    let dir = tempfile::tempdir().unwrap();
-    let python = venv_with_package(dir.path());
+    let (dir, eventd, _) = run_in_venv(snippet);
     let data = dir.path().join("data");
-    let eventd = Eventd::start(&data, None);
-    let out = Command::new(&python)
-        .args(["-c", snippet])
-        .env("EVENTD_KMES_DIR", data.join("kmes"))
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{snippet}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     wait_for_events(&data, 2);
     let stored = rows(&data, "shop");
     assert_eq!(stored.len(), 2, "{stored:?}");
