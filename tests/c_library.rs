@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{eventctl_text, wait_for_events, Eventd};
+use common::{eventctl_text, provider_rows, wait_for_events, Eventd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -112,15 +112,7 @@ fn run_backup(dir: &Path, exe: &Path, what: &str, events: u64) -> (Eventd, Vec<s
         String::from_utf8_lossy(&out.stderr)
     );
     wait_for_events(&data, events);
-    let rows = eventctl_text(
-        &data,
-        &["query", "--provider", "backup", "--output", "json"],
-    );
-    let rows: Vec<serde_json::Value> = rows
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|v: &serde_json::Value| v.get("seq").is_some())
-        .collect();
+    let rows = provider_rows(&data, "backup");
     assert_eq!(rows.len() as u64, events, "{rows:?}");
     (eventd, rows)
 }

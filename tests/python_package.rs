@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{wait_for_events, Eventd, EVENTCTL};
-use serde_json::{json, Value};
+use common::{provider_rows, wait_for_events, Eventd};
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -106,27 +106,11 @@ eventd.configure()
 assert eventd.emit("no script")
 "#;
 
-fn rows(data: &Path, provider: &str) -> Vec<Value> {
-    let out = Command::new(EVENTCTL)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["query", "--provider", provider, "--output", "json"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v.get("seq").is_some())
-        .collect()
-}
-
 /// Runs `script` with `python -c` in a fresh venv that installed the
-/// package, against a fresh eventd (its data in the directory's `data`):
-/// the directory, that eventd and the script's stdout. The script must
-/// succeed.
-fn run_in_venv(script: &str) -> (tempfile::TempDir, Eventd, String) {
+/// package, against a fresh eventd: the directory that holds it all,
+/// eventd's data directory, that eventd and the script's stdout. The
+/// script must succeed.
+fn run_in_venv(script: &str) -> (tempfile::TempDir, PathBuf, Eventd, String) {
     let dir = tempfile::tempdir().unwrap();
     let python = venv_with_package(dir.path());
     let data = dir.path().join("data");
@@ -143,13 +127,12 @@ fn run_in_venv(script: &str) -> (tempfile::TempDir, Eventd, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    (dir, eventd, stdout)
+    (dir, data, eventd, stdout)
 }
 
 #[test]
 fn pip_installed_package_emits_typed_fields() {
-    let (dir, eventd, stdout) = run_in_venv(SCRIPT);
-    let data = dir.path().join("data");
+    let (_dir, data, eventd, stdout) = run_in_venv(SCRIPT);
     // The parent wrote three records; the one that does not format and
     // the one after close are dropped.
     assert!(stdout.contains("closed: emitted 3 dropped 2"), "{stdout}");
@@ -165,7 +148,7 @@ fn pip_installed_package_emits_typed_fields() {
         assert_eq!(said, 2, "{error}: {stdout}");
     }
     wait_for_events(&data, 8);
-    let emitted = rows(&data, "py-emit");
+    let emitted = provider_rows(&data, "py-emit");
     assert_eq!(emitted.len(), 4, "{emitted:?}");
     // Both conventions store the same events.
     for (i, paid) in [(0, &emitted[0]), (3, &emitted[3])] {
@@ -185,7 +168,7 @@ fn pip_installed_package_emits_typed_fields() {
             json!({"stage": 3, "tag": "red", "ok": true})
         );
     }
-    let logged = rows(&data, "py-logging");
+    let logged = provider_rows(&data, "py-logging");
     assert_eq!(logged.len(), 4, "{logged:?}");
     let plain = logged.iter().find(|r| r["message"] == "plain").unwrap();
     assert_eq!(plain["level"], 6, "info");
@@ -209,10 +192,10 @@ fn pip_installed_package_emits_typed_fields() {
     assert_eq!(child["fields"], json!({"child": true}));
     assert_ne!(child["pid"], late["pid"], "the child's own pid");
     wait_for_events(&data, 18);
-    let unnamed = rows(&data, "python");
+    let unnamed = provider_rows(&data, "python");
     assert_eq!(unnamed.len(), 1, "{unnamed:?}");
     assert_eq!(unnamed[0]["message"], "no script");
-    let levels = rows(&data, "py-levels");
+    let levels = provider_rows(&data, "py-levels");
     let level_of = |message: &str| {
         let row = levels.iter().find(|r| r["message"] == message);
         row.unwrap_or_else(|| panic!("{message}: {levels:?}"))["level"].clone()
@@ -249,10 +232,9 @@ fn the_guides_python_snippet_runs() {
         .filter_map(|block| block.split("\n```").next())
         .find(|block| block.contains("import eventd\n") || block.contains("import eventd "))
         .expect("docs/guide/emitting.md has a snippet that imports eventd");
-    let (dir, eventd, _) = run_in_venv(snippet);
-    let data = dir.path().join("data");
+    let (_dir, data, eventd, _) = run_in_venv(snippet);
     wait_for_events(&data, 2);
-    let stored = rows(&data, "shop");
+    let stored = provider_rows(&data, "shop");
     assert_eq!(stored.len(), 2, "{stored:?}");
     let fields = json!({"order": 42, "amount": 63.0, "rush": true});
     let taken = stored.iter().find(|r| r["message"] == "order taken");

@@ -287,6 +287,16 @@ pub fn eventctl_text(data: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The events `provider` stored, as `eventctl query --provider PROVIDER
+/// --output json` prints them (its lines that are events, with a `seq`).
+pub fn provider_rows(data: &Path, provider: &str) -> Vec<serde_json::Value> {
+    let out = eventctl_text(data, &["query", "--provider", provider, "--output", "json"]);
+    out.lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("seq").is_some())
+        .collect()
+}
+
 pub fn eventctl_json(data: &Path, cmd: &str) -> serde_json::Value {
     serde_json::from_str(&eventctl_text(data, &[cmd])).unwrap()
 }
